@@ -1,0 +1,40 @@
+-- Named statements for storing, listing and dropping SKBs (loaded with aiosql by stark_pg.resources).
+
+-- name: lock_skb_name(name)
+-- Serialises concurrent loads/drops of one SKB name until the transaction ends.
+select pg_advisory_xact_lock(hashtext('stark-pg skb ' || :name));
+
+-- name: find_skb_id(name)$
+select skb_id from stark.skb where name = :name;
+
+-- name: create_skb(name, source, format, meta)$
+insert into stark.skb (name, source, format, meta)
+values (:name, :source, :format, cast(:meta as jsonb))
+returning skb_id;
+
+-- name: update_skb_meta(skb_id, meta)!
+update stark.skb set meta = cast(:meta as jsonb), loaded_at = now() where skb_id = :skb_id;
+
+-- name: delete_skb_rows(skb_id)!
+select stark.delete_skb_rows(:skb_id);
+
+-- name: delete_queries_of_splits(skb_id, splits)!
+delete from stark.query where skb_id = :skb_id and split = any(:splits);
+
+-- name: list_skbs()
+select skb_id, name, format, source, loaded_at, meta from stark.skb order by name;
+
+-- name: count_nodes_by_type(skb_id)
+select type, count(*) as n from stark.node where skb_id = :skb_id group by type order by n desc, type;
+
+-- name: count_edges_by_relation(skb_id)
+select relation, count(*) as n from stark.edge where skb_id = :skb_id group by relation order by n desc, relation;
+
+-- name: count_queries_by_split(skb_id)
+select split, count(*) as n from stark.query where skb_id = :skb_id group by split order by split;
+
+-- name: count_fields(skb_id)
+select field, count(*) as n from stark.node_field where skb_id = :skb_id group by field order by n desc, field;
+
+-- name: node_ids(skb_id)
+select node_id from stark.node where skb_id = :skb_id;

@@ -1,0 +1,49 @@
+"""`stark-pg`: load semi-structured knowledge bases into PostgreSQL, index, search and evaluate them."""
+
+from __future__ import annotations
+
+import typer
+
+from stark_pg.cli import db as db_commands
+from stark_pg.cli import skb as skb_commands
+from stark_pg.cli.common import Context, fail
+
+app = typer.Typer(
+    name="stark-pg",
+    help=(
+        "Retrieval over semi-structured knowledge bases (STaRK) inside PostgreSQL.\n\n"
+        "With no --dsn (and no STARK_PG_DSN), stark-pg starts its own embedded PostgreSQL 16 with "
+        "pgvector in STARK_PG_HOME (default: your user data directory) and keeps it running between "
+        "commands; `stark-pg db stop` stops it."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _global(ctx: typer.Context,
+            dsn: str = typer.Option(None, "--dsn", envvar="STARK_PG_DSN", show_envvar=True,
+                                    help="PostgreSQL (15+, with pgvector) to use instead of the embedded server, "
+                                         "e.g. postgresql://user:pass@host/db.")) -> None:
+    ctx.obj = Context(dsn=dsn)
+
+
+skb_commands.register(app)
+app.add_typer(db_commands.app, name="db")
+
+
+def main() -> None:
+    """Console entry point: known failures become one clear line on stderr and exit code 1."""
+    from stark_pg.db.connection import DatabaseError
+    from stark_pg.skb.records import LoadError
+    from stark_pg.skb.store import SkbExists
+
+    try:
+        app()
+    except (LoadError, DatabaseError, SkbExists) as exc:
+        try:
+            fail(str(exc))
+        except typer.Exit as exit_:
+            raise SystemExit(exit_.exit_code) from None

@@ -1,0 +1,85 @@
+"""`stark-pg db ...`: the database stark-pg uses, for operators and analysts."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import typer
+
+from stark_pg.cli.common import out, print_json, state
+
+app = typer.Typer(help="The PostgreSQL database stark-pg uses: status, URL, psql, migrations, stop.",
+                  no_args_is_help=True)
+
+
+@app.command()
+def status(ctx: typer.Context, json_: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+    """Where the database is, its PostgreSQL and pgvector versions, schema revision and loaded SKBs."""
+    from stark_pg.db import embedded
+    from stark_pg.db.connection import redact_dsn, resolve_dsn
+    from stark_pg.db.migrate import current_revision, head_revision
+    from stark_pg.skb.catalog import all_skb_names
+
+    ctx_ = state(ctx)
+    url = resolve_dsn(ctx_.dsn)
+    with ctx_.connect() as conn:
+        server = conn.execute("show server_version").fetchone()[0]
+        vector = conn.execute("select extversion from pg_extension where extname = 'vector'").fetchone()[0]
+        skbs = all_skb_names(conn)
+    info = {
+        "embedded": ctx_.dsn is None, "url": redact_dsn(url),
+        "pgdata": str(embedded.pgdata_dir()) if ctx_.dsn is None else None,
+        "postgresql": server, "pgvector": vector,
+        "schema_revision": current_revision(url), "head_revision": head_revision(), "skbs": skbs,
+    }
+    if json_:
+        print_json(info)
+        return
+    for key, value in info.items():
+        out.print(f"[bold]{key:>16}[/]  {', '.join(value) if isinstance(value, list) else value}", highlight=False)
+
+
+@app.command()
+def url(ctx: typer.Context) -> None:
+    """Print the connection URL (for psql, SQLAlchemy, or an application)."""
+    from stark_pg.db.connection import resolve_dsn
+
+    print(resolve_dsn(state(ctx).dsn))
+
+
+@app.command()
+def psql(ctx: typer.Context, args: list[str] = typer.Argument(None, help="Extra arguments passed to psql.")) -> None:
+    """Open psql on the database stark-pg uses (the embedded server's own psql when no psql is installed)."""
+    from stark_pg.db.connection import resolve_dsn
+
+    ctx_ = state(ctx)
+    with ctx_.connect():
+        pass  # make sure the schema exists before the analyst looks at it
+    binary = shutil.which("psql")
+    if binary is None:
+        from pgserver._commands import POSTGRES_BIN_PATH
+
+        binary = str(POSTGRES_BIN_PATH / "psql")
+    os.execv(binary, [binary, resolve_dsn(ctx_.dsn), *(args or [])])
+
+
+@app.command()
+def upgrade(ctx: typer.Context) -> None:
+    """Apply pending schema migrations (they also run automatically on first use)."""
+    from stark_pg.db.connection import resolve_dsn
+    from stark_pg.db.migrate import current_revision, upgrade as run_upgrade
+
+    url_ = resolve_dsn(state(ctx).dsn)
+    before = current_revision(url_)
+    run_upgrade(url_)
+    out.print(f"schema revision {before or '(none)'} -> {current_revision(url_)}")
+
+
+@app.command()
+def stop() -> None:
+    """Stop the embedded PostgreSQL server (it restarts on the next command)."""
+    from stark_pg.db import embedded
+
+    out.print("stopped" if embedded.stop() else "the embedded server was not running")
+

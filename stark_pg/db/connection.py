@@ -1,0 +1,58 @@
+"""One way to get a connection: the DSN given, else STARK_PG_DSN, else the embedded server.
+
+Every connection is checked for pgvector and brought to the newest schema on first use, so a
+newcomer never runs a separate set-up step.
+"""
+
+from __future__ import annotations
+
+import psycopg
+from pgvector.psycopg import register_vector
+
+from stark_pg.config import configured_dsn
+
+
+class DatabaseError(RuntimeError):
+    """The database cannot be reached or lacks what stark-pg needs."""
+
+
+def resolve_dsn(dsn: str | None = None) -> str:
+    """The DSN the CLI uses: explicit argument, then STARK_PG_DSN, then the embedded server."""
+    if dsn:
+        return dsn
+    env = configured_dsn()
+    if env:
+        return env
+    from stark_pg.db import embedded
+
+    return embedded.start().uri
+
+
+_migrated: set[str] = set()
+
+
+def connect(dsn: str | None = None, *, migrate: bool = True, autocommit: bool = False) -> psycopg.Connection:
+    """Open a connection with pgvector types registered, upgrading the schema once per DSN."""
+    url = resolve_dsn(dsn)
+    try:
+        conn = psycopg.connect(url, autocommit=autocommit)
+    except psycopg.OperationalError as exc:
+        raise DatabaseError(f"cannot connect to PostgreSQL at {redact_dsn(url)}: {exc}") from exc
+    if migrate and url not in _migrated:
+        from stark_pg.db.migrate import upgrade
+
+        upgrade(url)
+        _migrated.add(url)
+    if migrate:
+        register_vector(conn)
+    return conn
+
+
+def redact_dsn(url: str) -> str:
+    """The DSN without its password, for error messages."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return "<dsn>"

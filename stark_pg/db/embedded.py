@@ -1,0 +1,85 @@
+"""The private PostgreSQL server (pgserver: PostgreSQL 16 with pgvector) used when no DSN is given.
+
+The server is left running when the CLI exits (cleanup_mode=None) so that every command after
+the first connects in milliseconds; `stark-pg db stop` stops it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from stark_pg.config import home_dir
+
+# Settings applied once to a new cluster: bulk loads and index builds want more WAL and memory
+# than PostgreSQL's defaults; all of these take effect on reload.
+_TUNING = {
+    "max_wal_size": "4GB",
+    "maintenance_work_mem": "512MB",
+    "work_mem": "64MB",
+    "checkpoint_timeout": "15min",
+    "synchronous_commit": "off",
+}
+
+
+@dataclass(frozen=True)
+class EmbeddedServer:
+    pgdata: Path
+    uri: str
+    pid: int | None
+
+
+def pgdata_dir() -> Path:
+    return home_dir() / "pgdata"
+
+
+def start() -> EmbeddedServer:
+    """Start (or reuse) the embedded server and return how to reach it."""
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+    logging.getLogger("pgserver").setLevel(logging.WARNING)
+    import pgserver
+
+    pgdata = pgdata_dir()
+    # pgserver needs the parent directory to exist; the data directory it creates itself.
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    fresh = not (pgdata / "PG_VERSION").exists()
+    server = pgserver.get_server(pgdata, cleanup_mode=None)
+    if fresh:
+        _tune(server.get_uri())
+    return EmbeddedServer(pgdata=pgdata, uri=server.get_uri(), pid=server.get_pid())
+
+
+def _tune(uri: str) -> None:
+    import psycopg
+
+    with psycopg.connect(uri, autocommit=True) as conn:
+        for name, value in _TUNING.items():
+            conn.execute(f"alter system set {name} = '{value}'")
+        conn.execute("select pg_reload_conf()")
+
+
+def running_pid() -> int | None:
+    """The postmaster's pid if the embedded server is running, without starting it."""
+    pid_file = pgdata_dir() / "postmaster.pid"
+    if not pid_file.exists():
+        return None
+    try:
+        pid = int(pid_file.read_text().split("\n", 1)[0])
+        os.kill(pid, 0)
+    except (ValueError, ProcessLookupError, PermissionError):
+        return None
+    return pid
+
+
+def stop() -> bool:
+    """Stop the embedded server; False if it was not running."""
+    if running_pid() is None:
+        return False
+    import pgserver
+
+    server = pgserver.get_server(pgdata_dir(), cleanup_mode="stop")
+    server.cleanup()
+    return True

@@ -1,0 +1,79 @@
+"""Bring a database to the newest stark-pg schema with alembic (`migrations/`).
+
+Migrations run on first use of every DSN and on `stark-pg db upgrade`; each migration executes
+SQL files from `sql/`, so the schema and the SQL API are readable as plain SQL.
+"""
+
+from __future__ import annotations
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine
+from sqlalchemy.engine import make_url
+
+from stark_pg.resources import migrations_dir
+
+VERSION_TABLE = "stark_pg_alembic_version"
+
+
+def sqlalchemy_url(dsn: str) -> str:
+    """A libpq URL turned into SQLAlchemy's psycopg 3 dialect URL (key=value DSNs are accepted too)."""
+    if "://" not in dsn:
+        from psycopg.conninfo import conninfo_to_dict
+
+        params = conninfo_to_dict(dsn)
+        from sqlalchemy.engine import URL
+
+        return URL.create(
+            "postgresql+psycopg",
+            username=params.pop("user", None),
+            password=params.pop("password", None),
+            host=params.pop("host", None) if "/" not in str(params.get("host", "")) else None,
+            port=int(params.pop("port")) if "port" in params else None,
+            database=params.pop("dbname", None),
+            query={k: str(v) for k, v in params.items()},
+        ).render_as_string(hide_password=False)
+    url = make_url(dsn)
+    return url.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+
+
+def alembic_config(dsn: str) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(migrations_dir()))
+    cfg.set_main_option("sqlalchemy.url", sqlalchemy_url(dsn).replace("%", "%%"))
+    cfg.attributes["version_table"] = VERSION_TABLE
+    return cfg
+
+
+def head_revision() -> str:
+    return ScriptDirectory.from_config(alembic_config("postgresql://")).get_current_head()
+
+
+def current_revision(dsn: str) -> str | None:
+    engine = create_engine(sqlalchemy_url(dsn))
+    try:
+        with engine.connect() as conn:
+            return MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
+    finally:
+        engine.dispose()
+
+
+def upgrade(dsn: str, revision: str = "head") -> None:
+    if current_revision(dsn) == head_revision() and revision == "head":
+        return
+    command.upgrade(alembic_config(dsn), revision)
+
+
+def run_sql_file(relative: str) -> None:
+    """Execute one file from `sql/` inside the running migration, as psql would: verbatim, all statements.
+
+    The text goes straight to psycopg (no SQLAlchemy bind-parameter parsing), so `:=`, `%` and
+    dollar-quoted function bodies reach PostgreSQL untouched.
+    """
+    from alembic import op
+
+    from stark_pg.resources import sql_text
+
+    op.get_bind().connection.driver_connection.execute(sql_text(relative))

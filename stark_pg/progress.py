@@ -1,0 +1,60 @@
+"""Progress reporting for long work: rich bars on a terminal, nothing when quiet.
+
+Library code asks a `Reporter` for a stage and advances it in batches; the CLI decides whether the
+user sees bars (counts, rates, elapsed time) or nothing (`--quiet`, `--json`, tests).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator, Protocol
+
+
+class Stage(Protocol):
+    def advance(self, n: int = 1) -> None: ...
+
+
+class Reporter(Protocol):
+    def stage(self, label: str, total: int | None = None): ...  # a context manager yielding a Stage
+
+
+class _NullStage:
+    def advance(self, n: int = 1) -> None:
+        pass
+
+
+class NullReporter:
+    """Reports nothing: the default for library calls and tests."""
+
+    @contextmanager
+    def stage(self, label: str, total: int | None = None) -> Iterator[Stage]:
+        yield _NullStage()
+
+
+class RichReporter:
+    """A bar per stage on stderr, with the count, the rate per second and the elapsed time."""
+
+    def __init__(self, console=None):
+        from rich.console import Console
+
+        self.console = console or Console(stderr=True)
+
+    @contextmanager
+    def stage(self, label: str, total: int | None = None) -> Iterator[Stage]:
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
+                                   TimeElapsedColumn)
+
+        count = MofNCompleteColumn() if total else TextColumn("{task.completed:,.0f}")
+        rate = TextColumn("{task.fields[rate]}")
+        with Progress(SpinnerColumn(), TextColumn("{task.description:<14}"), BarColumn(), count, rate,
+                      TimeElapsedColumn(), console=self.console) as bar:
+            task = bar.add_task(label, total=total, rate="")
+
+            class _Stage:
+                def advance(self, n: int = 1) -> None:
+                    bar.advance(task, n)
+                    speed = bar.tasks[task].speed
+                    if speed:
+                        bar.update(task, rate=f"{speed:,.0f}/s")
+
+            yield _Stage()

@@ -1,0 +1,40 @@
+"""Where the project's SQL files and alembic migrations live.
+
+In a source checkout (and an editable install) they are the top-level `sql/` and
+`migrations/` folders; a wheel carries them inside the package under `_resources/`.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def _resource_dir(name: str) -> Path:
+    for candidate in (_PACKAGE / "_resources" / name, _PACKAGE.parent / name):
+        if candidate.is_dir():
+            return candidate
+    raise FileNotFoundError(f"stark-pg is installed without its {name}/ folder (looked beside {_PACKAGE})")
+
+
+def sql_dir() -> Path:
+    return _resource_dir("sql")
+
+
+def migrations_dir() -> Path:
+    return _resource_dir("migrations")
+
+
+def sql_text(relative: str) -> str:
+    """The text of one file under `sql/`, e.g. `sql_text("schema/0001_core.sql")`."""
+    return (sql_dir() / relative).read_text(encoding="utf-8")
+
+
+@cache
+def queries():
+    """Named SQL statements from `sql/queries/*.sql`, loaded once with aiosql (psycopg 3 driver)."""
+    import aiosql
+
+    return aiosql.from_path(sql_dir() / "queries", "psycopg")

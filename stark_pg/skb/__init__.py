@@ -1,0 +1,1 @@
+"""Semi-structured knowledge bases in PostgreSQL: the records loaders produce, storing and listing them."""

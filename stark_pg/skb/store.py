@@ -1,0 +1,241 @@
+"""Storing an SKB: validate while streaming, bulk-load with COPY, all in one transaction.
+
+A load either commits completely or leaves the database exactly as it was: the SKB of the same
+name (if any) is deleted inside the same transaction and is only gone once the new one commits.
+Memory stays flat as inputs grow: nodes and edges stream into COPY; only the set of node ids is
+kept (to check edge endpoints and answer ids), and node text is spooled to a temporary file while
+the node rows stream, then copied into `node_field`.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+import psycopg
+
+from stark_pg.progress import NullReporter, Reporter
+from stark_pg.resources import queries as sql
+from stark_pg.skb import copy_text
+from stark_pg.skb.copy_text import CopyWriter
+from stark_pg.skb.records import LoadError, QuerySource, SkbSource
+
+IfExists = Literal["replace", "skip", "fail"]
+_BATCH = 10_000
+
+
+@dataclass
+class LoadSummary:
+    name: str
+    skb_id: int | None
+    status: str                                     # loaded, replaced, skipped, queries-loaded
+    nodes_by_type: dict[str, int] = field(default_factory=dict)
+    edges_by_relation: dict[str, int] = field(default_factory=dict)
+    queries_by_split: dict[str, int] = field(default_factory=dict)
+    fields: int = 0
+    dropped_edges: int = 0
+    dropped_queries: int = 0
+    seconds: float = 0.0
+
+    @property
+    def nodes(self) -> int:
+        return sum(self.nodes_by_type.values())
+
+    @property
+    def edges(self) -> int:
+        return sum(self.edges_by_relation.values())
+
+    @property
+    def queries(self) -> int:
+        return sum(self.queries_by_split.values())
+
+    def to_dict(self) -> dict:
+        return asdict(self) | {"nodes": self.nodes, "edges": self.edges, "queries": self.queries}
+
+
+class SkbExists(Exception):
+    """Loading a name that exists with --if-exists fail."""
+
+
+def load_skb(conn: psycopg.Connection, source: SkbSource, name: str | None = None, *,
+             if_exists: IfExists = "replace", drop_dangling: bool = False,
+             progress: Reporter | None = None) -> LoadSummary:
+    """Load `source` as SKB `name` (default: the source's own name) in a single transaction."""
+    name = name or source.default_name
+    progress = progress or NullReporter()
+    started = time.perf_counter()
+    summary = LoadSummary(name=name, skb_id=None, status="loaded")
+    with conn.transaction():
+        sql().lock_skb_name(conn, name=name)
+        existing = sql().find_skb_id(conn, name=name)
+        if existing is not None:
+            if if_exists == "skip":
+                summary.status, summary.skb_id = "skipped", existing
+                return summary
+            if if_exists == "fail":
+                raise SkbExists(f"an SKB named {name!r} exists (use --if-exists replace or skip)")
+            sql().delete_skb_rows(conn, skb_id=existing)
+            summary.status = "replaced"
+        skb_id = sql().create_skb(conn, name=name, source=source.location, format=source.format,
+                                  meta=json.dumps(source.meta))
+        summary.skb_id = skb_id
+        node_ids = _copy_nodes(conn, skb_id, source, summary, progress)
+        _copy_edges(conn, skb_id, source, node_ids, drop_dangling, summary, progress)
+        _copy_queries(conn, skb_id, source, node_ids, drop_dangling, summary, progress)
+        summary.seconds = round(time.perf_counter() - started, 3)
+        sql().update_skb_meta(conn, skb_id=skb_id, meta=json.dumps(source.meta | {"load": _meta(summary)}))
+    _analyze(conn)
+    return summary
+
+
+def load_queries(conn: psycopg.Connection, skb_name: str, source: QuerySource, *, drop_dangling: bool = False,
+                 progress: Reporter | None = None) -> LoadSummary:
+    """Attach queries to a loaded SKB, replacing its queries of the splits the source contains."""
+    progress = progress or NullReporter()
+    started = time.perf_counter()
+    summary = LoadSummary(name=skb_name, skb_id=None, status="queries-loaded")
+    with conn.transaction():
+        sql().lock_skb_name(conn, name=skb_name)
+        skb_id = sql().find_skb_id(conn, name=skb_name)
+        if skb_id is None:
+            raise LoadError(f"no SKB named {skb_name!r} is loaded; load its nodes and edges first")
+        summary.skb_id = skb_id
+        node_ids = {row[0] for row in sql().node_ids(conn, skb_id=skb_id)}
+        rows = list(_valid_queries(source, node_ids, drop_dangling, summary, progress))
+        sql().delete_queries_of_splits(conn, skb_id=skb_id, splits=sorted({q.split for q in rows}))
+        with conn.cursor().copy("copy stark.query (skb_id, query_id, split, body, answer_ids) from stdin") as cp:
+            writer = CopyWriter(cp)
+            for q in rows:
+                writer.line(_query_line(skb_id, q))
+            writer.flush()
+        summary.seconds = round(time.perf_counter() - started, 3)
+    _analyze(conn)
+    return summary
+
+
+def _copy_nodes(conn, skb_id: int, source: SkbSource, summary: LoadSummary, progress: Reporter) -> set[int]:
+    node_ids: set[int] = set()
+    types: Counter[str] = Counter()
+    label = source.nodes_label
+    with tempfile.TemporaryFile() as spool, progress.stage("nodes") as stage:
+        fields_out = CopyWriter(spool)
+        with conn.cursor().copy("copy stark.node (skb_id, node_id, type, name, attrs) from stdin") as cp:
+            nodes_out = CopyWriter(cp)
+            pending = 0
+            for position, node in source.nodes():
+                if node.node_id in node_ids:
+                    raise LoadError(f"duplicate node id {node.node_id}", label, position)
+                node_ids.add(node.node_id)
+                types[node.type] += 1
+                nodes_out.line(f"{skb_id}\t{node.node_id}\t{_clean(node.type, label, position)}\t"
+                               f"{copy_text.text(_clean(node.name, label, position))}\t{copy_text.jsonb(node.attrs)}\n")
+                for field_name, body in node.fields.items():
+                    if body:
+                        fields_out.line(f"{skb_id}\t{node.node_id}\t{_clean(field_name, label, position)}\t"
+                                        f"{copy_text.text(_clean(body, label, position))}\n")
+                        summary.fields += 1
+                pending += 1
+                if pending == _BATCH:
+                    stage.advance(pending)
+                    pending = 0
+            nodes_out.flush()
+            stage.advance(pending)
+        if not node_ids:
+            raise LoadError("no nodes", label)
+        fields_out.flush()
+        spool.seek(0)
+        with conn.cursor().copy("copy stark.node_field (skb_id, node_id, field, body) from stdin") as cp:
+            while chunk := spool.read(1 << 20):
+                cp.write(chunk)
+    summary.nodes_by_type = dict(types.most_common())
+    return node_ids
+
+
+def _copy_edges(conn, skb_id: int, source: SkbSource, node_ids: set[int], drop_dangling: bool,
+                summary: LoadSummary, progress: Reporter) -> None:
+    relations: Counter[str] = Counter()
+    escaped: dict[str, str] = {}
+    label = source.edges_label
+    with progress.stage("edges") as stage, \
+            conn.cursor().copy("copy stark.edge (skb_id, src, relation, dst) from stdin") as cp:
+        out = CopyWriter(cp)
+        pending = 0
+        for position, src, relation, dst in source.edges():
+            if src not in node_ids or dst not in node_ids:
+                if drop_dangling:
+                    summary.dropped_edges += 1
+                    continue
+                missing = src if src not in node_ids else dst
+                raise LoadError(f"edge endpoint {missing} is not a node (pass --drop-dangling to drop such edges)",
+                                label, position)
+            rel = escaped.get(relation)
+            if rel is None:
+                rel = escaped[relation] = copy_text.text(_clean(relation, label, position))
+            relations[relation] += 1
+            out.line(f"{skb_id}\t{src}\t{rel}\t{dst}\n")
+            pending += 1
+            if pending == _BATCH * 10:
+                stage.advance(pending)
+                pending = 0
+        out.flush()
+        stage.advance(pending)
+    summary.edges_by_relation = dict(relations.most_common())
+
+
+def _copy_queries(conn, skb_id: int, source: SkbSource, node_ids: set[int], drop_dangling: bool,
+                  summary: LoadSummary, progress: Reporter) -> None:
+    with conn.cursor().copy("copy stark.query (skb_id, query_id, split, body, answer_ids) from stdin") as cp:
+        out = CopyWriter(cp)
+        for query in _valid_queries(source, node_ids, drop_dangling, summary, progress):
+            out.line(_query_line(skb_id, query))
+        out.flush()
+
+
+def _valid_queries(source, node_ids: set[int], drop_dangling: bool, summary: LoadSummary, progress: Reporter):
+    splits: Counter[str] = Counter()
+    seen: set[int] = set()
+    label = source.queries_label
+    with progress.stage("queries") as stage:
+        for position, query in source.queries():
+            if query.query_id in seen:
+                raise LoadError(f"duplicate query id {query.query_id}", label, position)
+            seen.add(query.query_id)
+            missing = [a for a in query.answer_ids if a not in node_ids]
+            if missing:
+                if drop_dangling:
+                    summary.dropped_queries += 1
+                    continue
+                raise LoadError(f"answer ids {missing[:5]} of query {query.query_id} are not nodes "
+                                "(pass --drop-dangling to drop such queries)", label, position)
+            _clean(query.body, label, position)
+            splits[query.split] += 1
+            stage.advance()
+            yield query
+    summary.queries_by_split = dict(sorted(splits.items()))
+
+
+def _query_line(skb_id: int, q) -> str:
+    return (f"{skb_id}\t{q.query_id}\t{copy_text.text(q.split)}\t{copy_text.text(q.body)}\t"
+            f"{copy_text.bigint_array(q.answer_ids)}\n")
+
+
+def _clean(value: str | None, label: str, position) -> str | None:
+    """PostgreSQL text cannot hold NUL characters: say where one is instead of failing mid-COPY."""
+    if value is not None and "\x00" in value:
+        raise LoadError("text contains a NUL character", label, position)
+    return value
+
+
+def _meta(summary: LoadSummary) -> dict:
+    keep = ("nodes", "edges", "queries", "fields", "dropped_edges", "dropped_queries", "seconds")
+    return {k: v for k, v in summary.to_dict().items() if k in keep}
+
+
+def _analyze(conn) -> None:
+    """Fresh planner statistics after a bulk change (cheap: PostgreSQL samples)."""
+    with conn.transaction():
+        conn.execute("analyze stark.node, stark.node_field, stark.edge, stark.query")
