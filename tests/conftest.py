@@ -1,0 +1,99 @@
+"""Test databases on a real PostgreSQL with pgvector: the embedded server pgserver starts.
+
+One server per test session (in its own STARK_PG_HOME, so a developer's data is never touched);
+a template database migrated once; every test that asks for `db_url` gets a fresh database cloned
+from it by pytest-postgresql's DatabaseJanitor. Set STARK_PG_TEST_DSN to run against another server.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from pytest_postgresql.janitor import DatabaseJanitor
+
+SHARED_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data"
+IBD = SHARED_DATA / "stark-prime-ibd"
+STARK_QA = SHARED_DATA / "stark-qa"
+
+
+def _server_params(url: str) -> dict:
+    params = conninfo_to_dict(url)
+    return {"host": params.get("host"), "port": int(params.get("port") or 5432), "user": params.get("user") or "postgres",
+            "password": params.get("password") or None}
+
+
+@pytest.fixture(scope="session")
+def server_url(tmp_path_factory) -> str:
+    """The maintenance URL of the server the tests use."""
+    external = os.environ.get("STARK_PG_TEST_DSN")
+    if external:
+        yield external
+        return
+    home = Path(os.environ.get("STARK_PG_TEST_HOME") or tmp_path_factory.mktemp("stark-pg-home"))
+    os.environ["STARK_PG_HOME"] = str(home)
+    os.environ.pop("STARK_PG_DSN", None)
+    from stark_pg.db import embedded
+
+    yield embedded.start().uri
+    if not os.environ.get("STARK_PG_TEST_HOME"):
+        embedded.stop()
+
+
+@pytest.fixture(scope="session")
+def template_db(server_url) -> str:
+    """A database migrated to the newest schema, marked as a template to clone per test."""
+    name = f"stark_tpl_{uuid.uuid4().hex[:8]}"
+    janitor = DatabaseJanitor(dbname=name, as_template=True, **_server_params(server_url))
+    janitor.init()
+    from stark_pg.db.migrate import upgrade
+
+    url = make_conninfo(server_url, dbname=name)
+    upgrade(url)
+    # a template must have no open connections when cloned
+    yield name
+    janitor.drop()
+
+
+@pytest.fixture
+def db_url(server_url, template_db) -> str:
+    """A fresh database with the stark-pg schema, dropped after the test."""
+    name = f"stark_test_{uuid.uuid4().hex[:10]}"
+    janitor = DatabaseJanitor(dbname=name, template_dbname=template_db, **_server_params(server_url))
+    janitor.init()
+    yield make_conninfo(server_url, dbname=name)
+    janitor.drop()
+
+
+@pytest.fixture
+def conn(db_url):
+    from stark_pg.db import connect
+
+    with connect(db_url) as connection:
+        yield connection
+
+
+@pytest.fixture
+def cli(db_url):
+    """Run the real `stark-pg` command (a subprocess) against the test database."""
+
+    def run(*args: str, expect: int | None = 0) -> subprocess.CompletedProcess:
+        env = os.environ | {"STARK_PG_DSN": db_url, "COLUMNS": "160"}
+        done = subprocess.run([sys.executable, "-m", "stark_pg", *map(str, args)], capture_output=True, text=True,
+                              env=env, timeout=600)
+        if expect is not None:
+            assert done.returncode == expect, f"exit {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+        return done
+
+    return run
+
+
+def count_rows(url: str, table: str) -> int:
+    with psycopg.connect(url) as c:
+        return c.execute(f"select count(*) from stark.{table}").fetchone()[0]
