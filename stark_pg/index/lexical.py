@@ -1,0 +1,36 @@
+"""The lexical index of an SKB: BM25 postings for the whole document, the name and every text field.
+
+Each scope is refreshed by `stark.lex_refresh` in its own transaction, so an interrupted build
+keeps the scopes already done and a re-run only re-tokenises new or changed documents.
+"""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+
+from stark_pg.progress import NullReporter, Reporter
+from stark_pg.resources import queries as sql
+from stark_pg.skb.catalog import require_skb
+
+
+def build_lexical(conn: psycopg.Connection, skb_name: str, progress: Reporter | None = None) -> dict:
+    """Refresh every scope; returns {scope: documents re-indexed} and the seconds taken."""
+    progress = progress or NullReporter()
+    started = time.perf_counter()
+    skb_id = require_skb(conn, skb_name)
+    scopes = [row[0] for row in sql().lexical_scopes(conn, skb_id=skb_id)]
+    refreshed: dict[str, int] = {}
+    with progress.stage("lexical scopes", total=len(scopes)) as stage:
+        for scope in scopes:
+            with conn.transaction():
+                refreshed[scope] = sql().refresh_scope(conn, skb_id=skb_id, scope=scope)
+            stage.advance()
+    with conn.transaction():
+        for statement in (sql().drop_other_scopes, sql().drop_other_scope_docs, sql().drop_other_scope_stats):
+            statement(conn, skb_id=skb_id, scopes=scopes)
+    if any(refreshed.values()):
+        with conn.transaction():
+            conn.execute("analyze stark.lex_posting, stark.lex_doc, stark.lex_stats")
+    return {"reindexed": refreshed, "seconds": round(time.perf_counter() - started, 3)}

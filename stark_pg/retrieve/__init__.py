@@ -1,0 +1,49 @@
+"""Retrieval methods: one module per method, each with an `Options` dataclass and one entry point.
+
+    search(conn, skb: str, query: str, k: int, options: Options | None = None) -> Ranking
+
+Methods never reach into each other's tables; shared pieces (the query embedding, BM25 scoring)
+are functions they call. `get_method(name)` finds a method module by its CLI name.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    node_id: int
+    score: float
+
+
+@dataclass
+class Ranking:
+    """Ranked nodes, best first, with a trace of how they were found (SQL, candidate counts, ...)."""
+
+    hits: list[Hit]
+    trace: dict = field(default_factory=dict)
+
+    @property
+    def node_ids(self) -> list[int]:
+        return [h.node_id for h in self.hits]
+
+
+METHODS = {
+    "bm25": "stark_pg.retrieve.bm25",
+    "vss": "stark_pg.retrieve.vss",
+    "multivss": "stark_pg.retrieve.multivss",
+    "hybrid": "stark_pg.retrieve.hybrid",
+}
+
+
+class UnknownMethod(ValueError):
+    pass
+
+
+def get_method(name: str):
+    """The module implementing method `name` (it has `Options` and `search`)."""
+    if name not in METHODS:
+        raise UnknownMethod(f"unknown method {name!r} (known: {', '.join(METHODS)})")
+    return importlib.import_module(METHODS[name])

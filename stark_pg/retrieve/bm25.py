@@ -1,0 +1,35 @@
+"""BM25 (Okapi, Lucene's idf) computed by PostgreSQL over the lexical index.
+
+Tokens are PostgreSQL's `english` text-search lexemes for documents and queries alike, so the
+query never leaves the database; see sql/functions/lexical.sql for the formula.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import psycopg
+
+from stark_pg.resources import queries as sql
+from stark_pg.retrieve import Hit, Ranking
+from stark_pg.skb.catalog import require_skb
+
+
+@dataclass
+class Options:
+    k1: float = 1.2
+    b: float = 0.75
+    field: str | None = None     # None: the whole document; 'name' or a text field's name otherwise
+
+
+def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
+    options = options or Options()
+    started = time.perf_counter()
+    scope = options.field or "*"
+    rows = sql().bm25_top(conn, skb_id=require_skb(conn, skb), scope=scope, query=query, k1=options.k1,
+                          b=options.b, k=k)
+    hits = [Hit(int(node_id), float(score)) for node_id, score in rows]
+    return Ranking(hits, {"method": "bm25", "sql": "stark.bm25_scores(skb_id, scope, query, k1, b)",
+                          "scope": scope, "k1": options.k1, "b": options.b,
+                          "sql_ms": round((time.perf_counter() - started) * 1000, 3)})
