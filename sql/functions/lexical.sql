@@ -75,8 +75,9 @@ language sql immutable parallel safe as $$
     from unnest(to_tsvector('english'::regconfig, query)) t
 $$;
 
--- Okapi BM25 (Lucene variant: idf = ln(1 + (N - df + 0.5) / (df + 0.5))) of every document of a
--- scope that holds at least one query term. Unranked: callers order and limit.
+-- Okapi BM25 as Lucene (since 8.0) and bm25s compute it: idf = ln(1 + (N - df + 0.5) / (df + 0.5)),
+-- tf part = tf / (tf + k1 (1 - b + b len / avgdl)) without Okapi's constant (k1 + 1), which changes no
+-- ranking. Scores every document of a scope that holds at least one query term; callers order and limit.
 create or replace function stark.bm25_scores(skb int, target_scope text, query text,
                                              k1 double precision default 1.2, b double precision default 0.75)
 returns table (node_id bigint, score double precision)
@@ -89,7 +90,7 @@ language sql stable parallel safe as $$
           where p.skb_id = skb and p.scope = target_scope and p.term = any (array(select term from q)))
     select p.node_id,
            sum(q.qtf * ln(1 + (st.n - p.df + 0.5) / (p.df + 0.5))
-               * p.tf * (k1 + 1) / (p.tf + k1 * (1 - b + b * p.len / st.avgdl)))
+               * p.tf / (p.tf + k1 * (1 - b + b * p.len / st.avgdl)))
     from p join q on q.term = p.term cross join st
     group by p.node_id
 $$;

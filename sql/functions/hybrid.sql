@@ -1,0 +1,40 @@
+-- Hybrid retrieval: BM25 and VSS fused in one SQL statement.
+-- fusion 'rrf':      weight / (rrf_k + rank_bm25) + (1 - weight) / (rrf_k + rank_vss)
+--                    (weight 0.5 ranks exactly as plain reciprocal rank fusion);
+-- fusion 'weighted': weight * bm25' + (1 - weight) * vss', scores min-max normalised within each list.
+-- Each list contributes its top `pool` nodes; a node missing from one list gets nothing from it.
+
+create or replace function stark.hybrid(skb_name text, query text, embedding vector, k int default 10,
+                                        fusion text default 'rrf', weight double precision default 0.5,
+                                        pool int default 100, rrf_k int default 60,
+                                        model text default 'all-MiniLM-L6-v2')
+returns table (node_id bigint, score double precision)
+language sql stable as $$
+    with lex as (
+        select b.node_id, b.score, row_number() over (order by b.score desc, b.node_id) as r
+        from stark.bm25(skb_name, query, pool) b),
+    den as (
+        select v.node_id, v.score, row_number() over (order by v.score desc, v.node_id) as r
+        from stark.vss(skb_name, embedding, pool, model) v),
+    lexn as (
+        select l.node_id, l.r, coalesce((l.score - min(l.score) over ())
+                                        / nullif(max(l.score) over () - min(l.score) over (), 0), 1) as s
+        from lex l),
+    denn as (
+        select d.node_id, d.r, coalesce((d.score - min(d.score) over ())
+                                        / nullif(max(d.score) over () - min(d.score) over (), 0), 1) as s
+        from den d),
+    fused as (
+        select coalesce(l.node_id, d.node_id) as node_id,
+               case fusion
+                   when 'rrf' then weight * coalesce(1.0 / (rrf_k + l.r), 0)
+                                   + (1 - weight) * coalesce(1.0 / (rrf_k + d.r), 0)
+                   when 'weighted' then weight * coalesce(l.s, 0) + (1 - weight) * coalesce(d.s, 0)
+               end as score
+        from lexn l full join denn d on d.node_id = l.node_id)
+    select f.node_id, f.score from fused f
+    order by f.score desc, f.node_id
+    limit k
+$$;
+comment on function stark.hybrid(text, text, vector, int, text, double precision, int, int, text) is
+    'BM25 and VSS of the named SKB fused by reciprocal rank (fusion => ''rrf'') or normalised scores (''weighted'').';

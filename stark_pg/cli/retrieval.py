@@ -1,0 +1,93 @@
+"""`stark-pg index | search`: build an SKB's indexes, and query it with one retrieval method."""
+
+from __future__ import annotations
+
+import typer
+from rich.table import Table
+
+from stark_pg.cli.common import fail, out, print_json, reporter, state
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(index)
+    app.command()(search)
+
+
+def index(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="The SKB to index."),
+    lexical: bool = typer.Option(True, "--lexical/--no-lexical", help="BM25 postings (whole document, name, "
+                                                                      "each text field)."),
+    dense: bool = typer.Option(True, "--dense/--no-dense", help="Embeddings with an HNSW index."),
+    model: str = typer.Option(None, "--model", help="sentence-transformers model name or path "
+                                                    "(default all-MiniLM-L6-v2, offline from its PyPI package)."),
+    multi_vector: bool = typer.Option(True, "--multi-vector/--no-multi-vector",
+                                      help="Also embed fields and relation chunks (for multivss)."),
+    json_: bool = typer.Option(False, "--json", help="Print what was (re)built as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+) -> None:
+    """Build or refresh the lexical and dense indexes of an SKB.
+
+    Incremental and resumable: a re-run only indexes nodes that are new or whose text changed, and
+    removes what belongs to nodes that are gone.
+    """
+    progress = reporter(quiet or json_)
+    report: dict = {}
+    with state(ctx).connect() as conn:
+        if lexical:
+            from stark_pg.index.lexical import build_lexical
+
+            report["lexical"] = build_lexical(conn, name, progress=progress)
+        if dense:
+            from stark_pg.index.dense import build_dense
+
+            report["dense"] = build_dense(conn, name, model=model, multi_vector=multi_vector, progress=progress)
+    if json_:
+        print_json(report)
+        return
+    if "lexical" in report:
+        done = report["lexical"]["reindexed"]
+        out.print(f"lexical: {len(done)} scopes, {sum(done.values()):,} documents (re)indexed "
+                  f"in {report['lexical']['seconds']:.1f} s", highlight=False)
+    if "dense" in report:
+        out.print(f"dense: {report['dense']}", highlight=False)
+
+
+def search(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="The SKB to search."),
+    query: str = typer.Argument(..., help="The question, in natural language."),
+    method: str = typer.Option("hybrid", "--method", "-m", help="bm25 | vss | multivss | hybrid."),
+    k: int = typer.Option(10, "-k", help="Number of results."),
+    option: list[str] = typer.Option(None, "--option", "-o", help="A method setting KEY=VALUE, repeatable; e.g. "
+                                                                  "-o field=description (bm25), -o exact=true (vss), "
+                                                                  "-o fusion=weighted -o weight=0.7 (hybrid)."),
+    json_: bool = typer.Option(False, "--json", help="Results and trace as JSON."),
+) -> None:
+    """Rank the nodes of an SKB for a query: id, type, name and score of each result."""
+    from stark_pg.options import OptionError, describe, parse_options
+    from stark_pg.resources import queries as sql
+    from stark_pg.retrieve import UnknownMethod, get_method
+    from stark_pg.skb.catalog import require_skb
+
+    try:
+        module = get_method(method)
+        options = parse_options(module.Options, option)
+    except (UnknownMethod, OptionError) as exc:
+        fail(str(exc) + (f"\n{method} settings: {describe(module.Options)}" if isinstance(exc, OptionError) else ""))
+    with state(ctx).connect() as conn:
+        ranking = module.search(conn, name, query, k, options)
+        about = {row[0]: row[1:] for row in sql().describe_nodes(conn, skb_id=require_skb(conn, name),
+                                                                 node_ids=ranking.node_ids)}
+    results = [{"rank": i, "node_id": h.node_id, "type": about[h.node_id][0], "name": about[h.node_id][1],
+                "score": h.score} for i, h in enumerate(ranking.hits, start=1)]
+    if json_:
+        print_json({"skb": name, "query": query, "method": method, "results": results, "trace": ranking.trace})
+        return
+    table = Table(title=f"{method} on {name}: {query}", title_justify="left")
+    for column, justify in (("#", "right"), ("node id", "right"), ("type", "left"), ("name", "left"),
+                            ("score", "right")):
+        table.add_column(column, justify=justify)
+    for r in results:
+        table.add_row(str(r["rank"]), str(r["node_id"]), r["type"], r["name"] or "", f"{r['score']:.4f}")
+    out.print(table)

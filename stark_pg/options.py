@@ -1,0 +1,44 @@
+"""`--option key=value` pairs from the command line into a method's Options dataclass, typed and checked."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+
+class OptionError(ValueError):
+    pass
+
+
+def parse_options(options_class, pairs: list[str] | None):
+    """An instance of `options_class` with the given `key=value` pairs applied (types from the annotations)."""
+    hints = typing.get_type_hints(options_class)
+    names = {f.name for f in dataclasses.fields(options_class)}
+    values = {}
+    for pair in pairs or []:
+        key, sep, raw = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in names:
+            raise OptionError(f"--option {pair!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(names))}")
+        values[key] = _convert(raw, hints[key], pair)
+    return options_class(**values)
+
+
+def _convert(raw: str, hint, pair: str):
+    kinds = [t for t in typing.get_args(hint) if t is not type(None)] or [hint]
+    if raw.lower() in ("none", "null", "") and type(None) in typing.get_args(hint):
+        return None
+    kind = kinds[0]
+    try:
+        if kind is bool:
+            if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(raw)
+            return raw.lower() in ("true", "1", "yes")
+        return kind(raw)
+    except (TypeError, ValueError):
+        raise OptionError(f"--option {pair!r}: {raw!r} is not a valid {getattr(kind, '__name__', kind)}") from None
+
+
+def describe(options_class) -> str:
+    """'k1=1.2, b=0.75, field=None' — the knobs of a method and their defaults, for --help and errors."""
+    return ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(options_class))

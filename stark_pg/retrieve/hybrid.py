@@ -1,0 +1,45 @@
+"""Hybrid retrieval: BM25 and VSS fused inside PostgreSQL (reciprocal rank or weighted scores).
+
+Python only embeds the query; `stark.hybrid` (sql/functions/hybrid.sql) runs both retrievers and
+the fusion in one statement.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import psycopg
+
+from stark_pg.embed import canonical_name, encode_query
+from stark_pg.resources import queries as sql
+from stark_pg.retrieve import Hit, Ranking
+from stark_pg.skb.catalog import require_skb
+
+
+@dataclass
+class Options:
+    fusion: str = "rrf"          # rrf | weighted
+    weight: float = 0.5          # share of BM25 (the rest is VSS)
+    pool: int = 100              # nodes each retriever contributes
+    rrf_k: int = 60
+    model: str | None = None     # embedding model (default all-MiniLM-L6-v2)
+
+
+def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
+    options = options or Options()
+    if options.fusion not in ("rrf", "weighted"):
+        raise ValueError(f"hybrid fusion must be rrf or weighted, not {options.fusion!r}")
+    require_skb(conn, skb)
+    model = canonical_name(options.model)
+    started = time.perf_counter()
+    vector = encode_query(query, model)
+    embedded = time.perf_counter()
+    rows = sql().hybrid_top(conn, skb=skb, query=query, embedding=vector, k=k, fusion=options.fusion,
+                            weight=options.weight, pool=options.pool, rrf_k=options.rrf_k, model=model)
+    hits = [Hit(int(node_id), float(score)) for node_id, score in rows]
+    return Ranking(hits, {"method": "hybrid", "sql": "stark.hybrid(skb, query, embedding, k, fusion, weight, pool, "
+                                                      "rrf_k, model)",
+                          "fusion": options.fusion, "weight": options.weight, "pool": options.pool, "model": model,
+                          "embed_ms": round((embedded - started) * 1000, 3),
+                          "sql_ms": round((time.perf_counter() - embedded) * 1000, 3)})
