@@ -9,6 +9,7 @@ import pytest
 
 from conftest import IBD
 from loaders.bundle import BundleSource
+from stark_pg.index.lexical import build_lexical
 from stark_pg.skb.store import load_skb
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -23,6 +24,7 @@ def sql_examples() -> list[str]:
 @pytest.mark.skipif(not IBD.is_dir(), reason="../shared/data/stark-prime-ibd is not here")
 def test_every_sql_example_in_the_readme_returns_rows(conn):
     load_skb(conn, BundleSource(IBD))
+    build_lexical(conn, "stark-prime-ibd")
     examples = sql_examples()
     assert len(examples) >= 5
     for statement in examples:
