@@ -31,8 +31,12 @@ def resolve_dsn(dsn: str | None = None) -> str:
 _migrated: set[str] = set()
 
 
-def connect(dsn: str | None = None, *, migrate: bool = True, autocommit: bool = False) -> psycopg.Connection:
-    """Open a connection with pgvector types registered, upgrading the schema once per DSN."""
+def connect(dsn: str | None = None, *, migrate: bool = True, autocommit: bool = True) -> psycopg.Connection:
+    """Open a connection with pgvector types registered, upgrading the schema once per DSN.
+
+    Autocommit by default: every `with conn.transaction():` block is then a real transaction that
+    commits when it ends (not a savepoint inside an implicit transaction left open until close).
+    """
     url = resolve_dsn(dsn)
     try:
         conn = psycopg.connect(url, autocommit=autocommit)

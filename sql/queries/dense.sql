@@ -1,0 +1,30 @@
+-- Named statements for dense retrieval: the model registry, build records, and the searches.
+
+-- name: lock_model(name)
+-- Serialises the first registration of a model (and the creation of its tables).
+select pg_advisory_xact_lock(hashtext('stark-pg embedding model ' || :name));
+
+-- name: find_model(name)^
+select model_id, dim, doc_table, chunk_table from stark.embedding_model where name = :name;
+
+-- name: register_model(name, dim)^
+-- The tables are named after the new model_id, so the name of any model (a path, a hub id) is safe.
+with id as (select nextval(pg_get_serial_sequence('stark.embedding_model', 'model_id'))::int as v)
+insert into stark.embedding_model (model_id, name, dim, doc_table, chunk_table)
+select v, :name, :dim, 'emb_doc_' || v, 'emb_chunk_' || v from id
+returning model_id, dim, doc_table, chunk_table;
+
+-- name: record_build(skb_id, model_id, settings, documents, chunks)!
+insert into stark.embedding_build (skb_id, model_id, settings, documents, chunks)
+values (:skb_id, :model_id, cast(:settings as jsonb), :documents, :chunks)
+on conflict (skb_id, model_id) do update
+    set settings = excluded.settings, documents = excluded.documents, chunks = excluded.chunks, built_at = now();
+
+-- name: vss_top(skb, embedding, k, model, exact)
+select node_id, score from stark.vss(:skb, :embedding, :k, :model, :exact);
+
+-- name: multivss_top(skb, embedding, k, model, agg, top, pool, exact)
+select node_id, score from stark.multivss(:skb, :embedding, :k, :model, :agg, :top, :pool, :exact);
+
+-- name: existing_indexes(names)
+select indexname from pg_indexes where schemaname = 'stark' and indexname = any(:names);

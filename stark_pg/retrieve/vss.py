@@ -1,0 +1,37 @@
+"""VSS: nodes ranked by the cosine similarity of their document embedding to the query's.
+
+Python embeds the query (`stark_pg.embed.encode_query`, cached); PostgreSQL does the rest in
+`stark.vss` (sql/functions/dense.sql): through the SKB's partial HNSW index, or an exact scan of its
+vectors on request. Build the vectors first with `stark-pg index` (stark_pg.index.dense).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import psycopg
+
+from stark_pg.embed import canonical_name, encode_query
+from stark_pg.resources import queries as sql
+from stark_pg.retrieve import Hit, Ranking
+
+
+@dataclass
+class Options:
+    model: str | None = None     # embedding model (default all-MiniLM-L6-v2); must match what was indexed
+    exact: bool = False          # scan every vector instead of the HNSW index (the ground truth, slower)
+
+
+def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
+    options = options or Options()
+    model = canonical_name(options.model)
+    started = time.perf_counter()
+    vector = encode_query(query, model)
+    embedded = time.perf_counter()
+    rows = sql().vss_top(conn, skb=skb, embedding=vector, k=k, model=model, exact=options.exact)
+    hits = [Hit(int(node_id), float(score)) for node_id, score in rows]
+    return Ranking(hits, {"method": "vss", "sql": "stark.vss(skb, embedding, k, model, exact)", "model": model,
+                          "exact": options.exact,
+                          "embed_ms": round((embedded - started) * 1000, 3),
+                          "sql_ms": round((time.perf_counter() - embedded) * 1000, 3)})
