@@ -9,7 +9,6 @@ import pytest
 
 from conftest import IBD, STARK_QA, count_rows
 from loaders.bundle import BundleSource
-from stark_pg.skb.records import LoadError
 from stark_pg.skb.store import SkbExists, load_skb
 
 pytestmark = pytest.mark.skipif(not IBD.is_dir(), reason="../shared/data/stark-prime-ibd is not here")

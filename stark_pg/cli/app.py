@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from stark_pg.cli import db as db_commands
+from stark_pg.cli import evaluate as evaluate_commands
 from stark_pg.cli import retrieval as retrieval_commands
 from stark_pg.cli import skb as skb_commands
 from stark_pg.cli.common import Context, fail
@@ -33,6 +34,7 @@ def _global(ctx: typer.Context,
 
 skb_commands.register(app)
 retrieval_commands.register(app)
+evaluate_commands.register(app)
 app.add_typer(db_commands.app, name="db")
 
 

@@ -1,0 +1,36 @@
+-- Named statements of the evaluation harness.
+
+-- name: split_queries(skb_id, split)
+-- Queries of one split ('all' for every split), in a stable order.
+select query_id, body, answer_ids from stark.query
+where skb_id = :skb_id and (:split = 'all' or split = :split)
+order by query_id;
+
+-- name: count_nodes(skb_id)$
+select count(*) from stark.node where skb_id = :skb_id;
+
+-- name: find_unfinished_run(skb_id, config_hash)$
+select run_id from stark.eval_run
+where skb_id = :skb_id and config_hash = :config_hash and finished_at is null
+order by run_id desc limit 1;
+
+-- name: create_run(skb_id, method, options, query_set, depth, stored_k, config_hash)$
+insert into stark.eval_run (skb_id, method, options, query_set, depth, stored_k, config_hash)
+values (:skb_id, :method, cast(:options as jsonb), :query_set, :depth, :stored_k, :config_hash)
+returning run_id;
+
+-- name: done_query_ids(skb_id, run_id)
+select query_id from stark.eval_result where skb_id = :skb_id and run_id = :run_id;
+
+-- name: insert_result(skb_id, run_id, query_id, ranked_ids, scores, answer_ids, answer_ranks, metrics, latency_ms, trace, error)!
+insert into stark.eval_result (skb_id, run_id, query_id, ranked_ids, scores, answer_ids, answer_ranks, metrics,
+                               latency_ms, trace, error)
+values (:skb_id, :run_id, :query_id, :ranked_ids, :scores, :answer_ids, :answer_ranks, cast(:metrics as jsonb),
+        :latency_ms, cast(:trace as jsonb), :error);
+
+-- name: run_results(skb_id, run_id)
+select query_id, ranked_ids, scores, answer_ids, answer_ranks, metrics, latency_ms, error
+from stark.eval_result where skb_id = :skb_id and run_id = :run_id order by query_id;
+
+-- name: finish_run(run_id, summary)!
+update stark.eval_run set finished_at = now(), summary = cast(:summary as jsonb) where run_id = :run_id;

@@ -1,0 +1,153 @@
+"""`stark-pg eval | score`: STaRK-compatible evaluation of methods, and of rankings made elsewhere."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from stark_pg.cli.common import fail, out, print_json, reporter, state
+
+SHOWN = ("hit@1", "hit@5", "recall@20", "mrr")
+
+
+def register(app: typer.Typer) -> None:
+    app.command(name="eval")(evaluate)
+    app.command()(score)
+
+
+def evaluate(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="The SKB whose queries (or --queries file) to evaluate on."),
+    method: str = typer.Option("bm25,vss,hybrid", "--method", "-m", help="Comma-separated methods: bm25, vss, "
+                                                                         "multivss, hybrid."),
+    split: str = typer.Option("val", "--split", help="Query split (train, val, test, human, ...; 'all' for every one)."),
+    queries: Path = typer.Option(None, "--queries", help="Evaluate a CSV in the bundle format "
+                                                          "(id,query,answer_ids[,split]) without loading it."),
+    limit: int = typer.Option(None, "--limit", help="Only the first N queries (by id)."),
+    option: list[str] = typer.Option(None, "--option", "-o", help="Method setting KEY=VALUE (every method that has "
+                                                                  "KEY) or METHOD.KEY=VALUE; repeatable."),
+    depth: int = typer.Option(1000, "--depth", help="Ranking depth asked of each method: answers ranked deeper count "
+                                                    "as not retrieved (their MRR share would be under 1/depth)."),
+    stored_k: int = typer.Option(100, "--stored-k", help="Ranked ids (and scores) stored per query."),
+    out_dir: Path = typer.Option(None, "--out", help="Write CSV/JSON per method, TREC run and qrels, report.md "
+                                                     "and report.png here."),
+    context: str = typer.Option(None, "--context", help="Show published figures of this STaRK dataset (prime, "
+                                                        "mag, amazon) in report.md; guessed from the SKB."),
+    json_: bool = typer.Option(False, "--json", help="Per method: mean metrics, query count, latency p50/p95."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+) -> None:
+    """Run every query through every method; store rankings, answer ranks, metrics, latency and traces.
+
+    Results go to stark.eval_run / stark.eval_result. Re-running an interrupted evaluation continues it.
+    """
+    from stark_pg.eval import query_sets
+    from stark_pg.eval.report import write_report
+    from stark_pg.eval.runner import run_method
+    from stark_pg.options import OptionError
+    from stark_pg.retrieve import UnknownMethod
+    from stark_pg.skb.catalog import require_skb
+
+    methods = [m.strip() for m in method.split(",") if m.strip()]
+    try:
+        settings = method_options(methods, option)
+    except (UnknownMethod, OptionError) as exc:
+        fail(str(exc))
+    progress = reporter(quiet or json_)
+    with state(ctx).connect() as conn:
+        skb_id = require_skb(conn, name)
+        chosen = (query_sets.from_file(conn, skb_id, queries, split) if queries
+                  else query_sets.from_split(conn, skb_id, split))
+        if limit:
+            chosen.queries = chosen.queries[:limit]
+            chosen.label += f"[:{limit}]"
+        if not chosen.queries:
+            fail(f"no queries in {chosen.label} of {name}")
+        outcomes = [run_method(conn, skb_id, name, m, settings[m], chosen, depth=depth, stored_k=stored_k,
+                               progress=progress) for m in methods]
+        report = None
+        if out_dir:
+            report = write_report(conn, skb_id, name, split, outcomes, out_dir, context or guess_dataset(name))
+    if json_:
+        print_json({"skb": name, "query_set": chosen.label,
+                    "methods": {o.method: {"run_id": o.run_id, "options": o.options, **o.summary}
+                                for o in outcomes}})
+        return
+    table = Table(title=f"{name}, {chosen.label}, {len(chosen.queries)} queries", title_justify="left")
+    table.add_column("method")
+    table.add_column("run", justify="right")
+    for m in SHOWN:
+        table.add_column(m, justify="right")
+    table.add_column("p50 ms", justify="right")
+    table.add_column("p95 ms", justify="right")
+    for o in outcomes:
+        table.add_row(o.method, str(o.run_id), *(f"{o.summary['metrics'][m]:.3f}" for m in SHOWN),
+                      f"{o.summary['latency_ms']['p50']:.1f}", f"{o.summary['latency_ms']['p95']:.1f}")
+    out.print(table)
+    if report:
+        out.print(f"report: {report}")
+
+
+def method_options(methods: list[str], pairs: list[str] | None) -> dict:
+    """Each method's Options from `KEY=VALUE` (all methods having KEY) and `METHOD.KEY=VALUE` pairs."""
+    import dataclasses
+
+    from stark_pg.options import OptionError, parse_options
+    from stark_pg.retrieve import get_method
+
+    modules = {m: get_method(m) for m in methods}
+    per_method: dict[str, list[str]] = {m: [] for m in methods}
+    for pair in pairs or []:
+        key = pair.partition("=")[0]
+        target, dot, field = key.partition(".")
+        if dot:
+            if target not in modules:
+                raise OptionError(f"--option {pair!r}: {target} is not among the methods evaluated")
+            per_method[target].append(f"{field}={pair.partition('=')[2]}")
+            continue
+        takers = [m for m, mod in modules.items() if key in {f.name for f in dataclasses.fields(mod.Options)}]
+        if not takers:
+            raise OptionError(f"--option {pair!r}: none of {', '.join(methods)} has a setting {key!r}")
+        for m in takers:
+            per_method[m].append(pair)
+    return {m: parse_options(modules[m].Options, per_method[m]) for m in methods}
+
+
+def guess_dataset(skb_name: str) -> str | None:
+    lowered = skb_name.lower()
+    return next((d for d in ("prime", "mag", "amazon") if d in lowered), None)
+
+
+def score(
+    run: Path = typer.Argument(..., help="TREC run file: qid Q0 docid rank score tag."),
+    qrels: Path = typer.Argument(..., help="TREC qrels file: qid 0 docid rel (rel > 0 is relevant)."),
+    per_query: bool = typer.Option(False, "--per-query", help="One row per query as well as the means."),
+    json_: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Score rankings made elsewhere with stark-pg's STaRK-compatible metrics.
+
+    Relevant nodes missing from a query's ranking count as ranked after every ranked node (they add
+    to recall's denominator, nothing to mrr); judged queries absent from the run score zero.
+    """
+    from stark_pg.eval.scoring import score_run
+
+    result = score_run(run, qrels)
+    if json_:
+        print_json(result if per_query else {k: v for k, v in result.items() if k != "per_query"})
+        return
+    table = Table(title=f"{run.name} against {qrels.name}: {result['queries']} queries", title_justify="left")
+    table.add_column("metric")
+    table.add_column("mean", justify="right")
+    for metric, value in result["metrics"].items():
+        table.add_row(metric, f"{value:.4f}")
+    out.print(table)
+    if per_query:
+        names = list(result["metrics"])
+        detail = Table(show_header=True)
+        detail.add_column("qid")
+        for m in names:
+            detail.add_column(m, justify="right")
+        for qid, values in result["per_query"].items():
+            detail.add_row(qid, *(f"{values[m]:.4f}" for m in names))
+        out.print(detail)

@@ -1,0 +1,88 @@
+"""Running methods over a query set and storing every query's outcome in stark.eval_result.
+
+Each query's result is committed as soon as it is scored, and a run is identified by a hash of its
+configuration (SKB, method, settings, query set, depth), so re-running an interrupted evaluation
+continues the unfinished run instead of starting over. A query whose method fails (an LLM error,
+a timeout) is stored with the reason and scores zero; the run goes on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import psycopg
+
+from stark_pg.eval import metrics
+from stark_pg.eval.query_sets import QuerySet
+from stark_pg.progress import NullReporter, Reporter
+from stark_pg.resources import queries as sql
+from stark_pg.retrieve import Ranking, get_method
+
+
+@dataclass
+class RunOutcome:
+    run_id: int
+    method: str
+    options: dict
+    summary: dict
+    resumed_from: int          # queries already done when this invocation started
+
+
+def run_method(conn: psycopg.Connection, skb_id: int, skb_name: str, method: str, options, query_set: QuerySet, *,
+               depth: int = 1000, stored_k: int = 100, progress: Reporter | None = None) -> RunOutcome:
+    progress = progress or NullReporter()
+    module = get_method(method)
+    settings = dataclasses.asdict(options)
+    config = {"method": method, "options": settings, "query_set": query_set.label, "depth": depth,
+              "stored_k": stored_k, "queries": len(query_set.queries)}
+    config_hash = hashlib.sha1(json.dumps(config, sort_keys=True).encode()).hexdigest()
+    with conn.transaction():
+        run_id = sql().find_unfinished_run(conn, skb_id=skb_id, config_hash=config_hash)
+        if run_id is None:
+            run_id = sql().create_run(conn, skb_id=skb_id, method=method, options=json.dumps(settings),
+                                      query_set=query_set.label, depth=depth, stored_k=stored_k,
+                                      config_hash=config_hash)
+    done = {row[0] for row in sql().done_query_ids(conn, skb_id=skb_id, run_id=run_id)}
+    todo = [q for q in query_set.queries if q.query_id not in done]
+    with progress.stage(method, total=len(query_set.queries)) as stage:
+        stage.advance(len(done))
+        for query in todo:
+            started = time.perf_counter()
+            try:
+                ranking, error = module.search(conn, skb_name, query.body, depth, options), None
+            except Exception as exc:  # a failing query is recorded, not fatal
+                conn.rollback()
+                ranking, error = Ranking([], {}), f"{type(exc).__name__}: {exc}"
+            latency_ms = (time.perf_counter() - started) * 1000
+            ranked = ranking.node_ids
+            scores = [h.score for h in ranking.hits]
+            values = metrics.evaluate(ranked, query.answer_ids)
+            ranks = metrics.answer_ranks(ranked, query.answer_ids)
+            with conn.transaction():
+                sql().insert_result(conn, skb_id=skb_id, run_id=run_id, query_id=query.query_id,
+                                    ranked_ids=ranked[:stored_k], scores=scores[:stored_k],
+                                    answer_ids=query.answer_ids, answer_ranks=[r or 0 for r in ranks],
+                                    metrics=json.dumps(values), latency_ms=latency_ms,
+                                    trace=json.dumps(ranking.trace, default=str), error=error)
+            stage.advance()
+    summary = summarize_run(conn, skb_id, run_id)
+    with conn.transaction():
+        sql().finish_run(conn, run_id=run_id, summary=json.dumps(summary))
+    return RunOutcome(run_id, method, settings, summary, resumed_from=len(done))
+
+
+def summarize_run(conn: psycopg.Connection, skb_id: int, run_id: int) -> dict:
+    """Mean of every metric, the query count, failures, and latency p50/p95 over a run's stored results."""
+    rows = list(sql().run_results(conn, skb_id=skb_id, run_id=run_id))
+    per_query = [row[5] for row in rows]
+    latencies = np.array([row[6] for row in rows]) if rows else np.zeros(1)
+    return {"queries": len(rows), "failed": sum(1 for row in rows if row[7]),
+            "metrics": metrics.mean_metrics(per_query),
+            "latency_ms": {"p50": round(float(np.percentile(latencies, 50)), 3),
+                           "p95": round(float(np.percentile(latencies, 95)), 3),
+                           "mean": round(float(latencies.mean()), 3)}}
