@@ -97,3 +97,33 @@ def cli(db_url):
 def count_rows(url: str, table: str) -> int:
     with psycopg.connect(url) as c:
         return c.execute(f"select count(*) from stark.{table}").fetchone()[0]
+
+
+@pytest.fixture(scope="session")
+def ibd_indexed_url(server_url, template_db, tmp_path_factory) -> str:
+    """One database for the whole session with the real slice loaded, indexed (BM25 and document
+    embeddings) and evaluated on val with bm25 and hybrid: for tests that only read it."""
+    if not IBD.is_dir():
+        pytest.skip("../shared/data/stark-prime-ibd is not here")
+    name = f"stark_ibd_{uuid.uuid4().hex[:8]}"
+    janitor = DatabaseJanitor(dbname=name, template_dbname=template_db, **_server_params(server_url))
+    janitor.init()
+    url = make_conninfo(server_url, dbname=name)
+    from loaders.bundle import BundleSource
+    from stark_pg.db import connect
+    from stark_pg.eval import query_sets
+    from stark_pg.eval.runner import run_method
+    from stark_pg.index.dense import build_dense
+    from stark_pg.index.lexical import build_lexical
+    from stark_pg.retrieve import get_method
+    from stark_pg.skb.store import load_skb
+
+    with connect(url) as conn:
+        skb_id = load_skb(conn, BundleSource(IBD)).skb_id
+        build_lexical(conn, "stark-prime-ibd")
+        build_dense(conn, "stark-prime-ibd", multi_vector=False)
+        val = query_sets.from_split(conn, skb_id, "val")
+        for method in ("bm25", "vss", "hybrid"):
+            run_method(conn, skb_id, "stark-prime-ibd", method, get_method(method).Options(), val)
+    yield url
+    janitor.drop()

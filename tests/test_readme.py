@@ -5,12 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
-
-from conftest import IBD
-from loaders.bundle import BundleSource
-from stark_pg.index.lexical import build_lexical
-from stark_pg.skb.store import load_skb
+import psycopg
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -21,12 +16,11 @@ def sql_examples() -> list[str]:
             not all(line.startswith("--") for line in s.strip().splitlines())]
 
 
-@pytest.mark.skipif(not IBD.is_dir(), reason="../shared/data/stark-prime-ibd is not here")
-def test_every_sql_example_in_the_readme_returns_rows(conn):
-    load_skb(conn, BundleSource(IBD))
-    build_lexical(conn, "stark-prime-ibd")
+def test_every_sql_example_in_the_readme_returns_rows(ibd_indexed_url):
+    conn = psycopg.connect(ibd_indexed_url, autocommit=True)
     examples = sql_examples()
     assert len(examples) >= 5
     for statement in examples:
         rows = conn.execute(statement).fetchall()
         assert rows, f"README example returned nothing:\n{statement}"
+    conn.close()

@@ -50,7 +50,12 @@ def index(
         out.print(f"lexical: {len(done)} scopes, {sum(done.values()):,} documents (re)indexed "
                   f"in {report['lexical']['seconds']:.1f} s", highlight=False)
     if "dense" in report:
-        out.print(f"dense: {report['dense']}", highlight=False)
+        dense_report = report["dense"]
+        parts = [f"{kind} {c['embedded']:,} embedded, {c['skipped']:,} unchanged, {c['deleted']:,} deleted"
+                 for kind, c in ((k, dense_report.get(k)) for k in ("documents", "chunks")) if c]
+        out.print(f"dense ({dense_report['model']}): {'; '.join(parts)}; "
+                  f"{len(dense_report.get('indexes_built', []))} HNSW indexes built in {dense_report['seconds']:.1f} s",
+                  highlight=False)
 
 
 def search(
