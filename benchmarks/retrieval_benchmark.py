@@ -1,0 +1,203 @@
+"""Per-query latency of BM25, VSS, multi-VSS and hybrid on an indexed SKB, with yardsticks measured in
+the same run on the same data: bm25s (fed PostgreSQL's own tokens) and a numpy brute-force search.
+
+    # the real slice, after `stark-pg index stark-prime-ibd`
+    python benchmarks/retrieval_benchmark.py stark-prime-ibd
+    # a large SKB: dense part with random unit vectors (no model), HNSW recall@10 against exact search
+    python benchmarks/retrieval_benchmark.py synthetic-1000000 --random-vectors --methods bm25,vss
+
+Prints p50/p95 in milliseconds for the SQL alone (what PostgreSQL spends) and, for the real-model
+mode, end to end through the method modules (query embedding included). Not a test: run by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from stark_pg.db import connect
+from stark_pg.resources import queries as sql
+from stark_pg.skb.catalog import require_skb
+
+IBD_QUERIES = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "stark-prime-ibd" / "queries.csv"
+RANDOM_MODEL = "random-unit-{dim}"
+
+
+def percentiles(ms: list[float]) -> dict:
+    return {"p50": round(float(np.percentile(ms, 50)), 2), "p95": round(float(np.percentile(ms, 95)), 2),
+            "n": len(ms)}
+
+
+def timed(fn, items) -> tuple[list[float], list]:
+    times, results = [], []
+    for item in items:
+        started = time.perf_counter()
+        results.append(fn(item))
+        times.append((time.perf_counter() - started) * 1000)
+    return times, results
+
+
+def query_texts(conn, skb_id: int, n: int) -> list[str]:
+    texts = [r[0] for r in conn.execute("select body from stark.query where skb_id = %s order by query_id limit %s",
+                                        (skb_id, n))]
+    if len(texts) < n and IBD_QUERIES.is_file():   # an SKB without queries borrows the slice's real ones
+        with IBD_QUERIES.open(encoding="utf-8") as handle:
+            texts += [row["query"] for row in csv.DictReader(handle)][: n - len(texts)]
+    return texts
+
+
+def bm25_sql(conn, skb_id: int, texts: list[str], k: int) -> dict:
+    ms, _ = timed(lambda t: list(sql().bm25_top(conn, skb_id=skb_id, scope="*", query=t, k1=1.2, b=0.75, k=k)),
+                  texts)
+    return percentiles(ms)
+
+
+def bm25s_yardstick(conn, skb_id: int, texts: list[str], k: int) -> dict:
+    """bm25s over the same lexemes PostgreSQL indexed (tokens fetched from the postings)."""
+    import bm25s
+
+    started = time.perf_counter()
+    docs: dict[int, list[str]] = {}
+    with conn.transaction(), conn.cursor(name="postings") as cur:
+        cur.itersize = 200_000
+        cur.execute("select node_id, term, tf from stark.lex_posting where skb_id = %s and scope = '*'", (skb_id,))
+        for node_id, term, tf in cur:
+            docs.setdefault(node_id, []).extend([term] * tf)
+    retriever = bm25s.BM25(k1=1.2, b=0.75, method="lucene")
+    retriever.index(list(docs.values()), show_progress=False)
+    built = time.perf_counter() - started
+    vocab = retriever.vocab_dict
+    tokens = [[t for t, n in conn.execute("select term, qtf from stark.query_terms(%s)", (text,)) for _ in range(n)
+               if t in vocab] for text in texts]
+    ms, _ = timed(lambda toks: retriever.get_scores(toks).argsort()[::-1][:k] if toks else None, tokens)
+    return percentiles(ms) | {"index_seconds": round(built, 1), "docs": len(docs)}
+
+
+def fill_random_vectors(conn, skb_id: int, dim: int) -> str:
+    """Register a pseudo-model whose document vectors are random unit vectors, fill it, build its HNSW."""
+    from psycopg import sql as pgsql
+
+    from stark_pg.index.dense import ModelTables, hnsw_index_name, statement
+
+    name = RANDOM_MODEL.format(dim=dim)
+    row = sql().find_model(conn, name=name) or sql().register_model(conn, name=name, dim=dim)
+    tables = ModelTables(row[0], name, *row[1:])
+    conn.execute(statement("create_tables", tables))
+    have = conn.execute(pgsql.SQL("select count(*) from {} where skb_id = %s").format(
+        pgsql.Identifier("stark", tables.doc_table)), (skb_id,)).fetchone()[0]
+    node_ids = [r[0] for r in conn.execute("select node_id from stark.node where skb_id = %s", (skb_id,))]
+    if have < len(node_ids):
+        rng = np.random.default_rng(0)
+        started = time.perf_counter()
+        with conn.cursor().copy(pgsql.SQL("copy {} (skb_id, node_id, doc_hash, vec) from stdin").format(
+                pgsql.Identifier("stark", tables.doc_table))) as copy:
+            for start in range(0, len(node_ids), 10_000):
+                chunk = node_ids[start:start + 10_000]
+                vectors = rng.standard_normal((len(chunk), dim)).astype(np.float32)
+                vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+                for node_id, vec in zip(chunk, vectors):
+                    copy.write(f"{skb_id}\t{node_id}\trandom\t[{','.join(f'{x:.6f}' for x in vec)}]\n")
+        print(f"random vectors: {len(node_ids):,} in {time.perf_counter() - started:.0f} s", flush=True)
+    started = time.perf_counter()
+    conn.execute("set maintenance_work_mem = '4GB'")
+    conn.execute(statement("create_hnsw_index", tables, index=pgsql.Identifier(hnsw_index_name(tables.doc_table, skb_id)),
+                           table=pgsql.Identifier("stark", tables.doc_table), skb=skb_id, m=16, ef_construction=64))
+    print(f"HNSW index ready in {time.perf_counter() - started:.0f} s", flush=True)
+    return name
+
+
+def doc_matrix(conn, skb_id: int, model: str) -> tuple[np.ndarray, np.ndarray]:
+    from psycopg import sql as pgsql
+
+    table = sql().find_model(conn, name=model)[2]
+    ids, vecs = [], []
+    with conn.transaction(), conn.cursor(name="vectors") as cur:
+        cur.itersize = 50_000
+        cur.execute(pgsql.SQL("select node_id, vec from {} where skb_id = %s").format(pgsql.Identifier("stark", table)),
+                    (skb_id,))
+        for node_id, vec in cur:
+            ids.append(node_id)
+            vecs.append(np.asarray(vec.to_numpy() if hasattr(vec, "to_numpy") else vec, dtype=np.float32))
+    return np.array(ids), np.vstack(vecs)
+
+
+def dense(conn, skb_name: str, skb_id: int, model: str, vectors: list[np.ndarray], k: int) -> dict:
+    hnsw_ms, hnsw = timed(lambda v: [r[0] for r in sql().vss_top(conn, skb=skb_name, embedding=v, k=k, model=model,
+                                                                 exact=False)], vectors)
+    exact_ms, exact = timed(lambda v: [r[0] for r in sql().vss_top(conn, skb=skb_name, embedding=v, k=k, model=model,
+                                                                   exact=True)], vectors)
+    recall = float(np.mean([len(set(a) & set(b)) / k for a, b in zip(hnsw, exact)]))
+    ids, matrix = doc_matrix(conn, skb_id, model)
+    numpy_ms, _ = timed(lambda v: ids[np.argpartition(-(matrix @ v), k)[:k]], vectors)
+    return {"hnsw": percentiles(hnsw_ms), "exact_sql": percentiles(exact_ms), "numpy_bruteforce": percentiles(numpy_ms),
+            "hnsw_recall@10_vs_exact": round(recall, 4), "vectors": len(ids)}
+
+
+def end_to_end(conn, skb_name: str, method: str, texts: list[str], k: int) -> dict:
+    from stark_pg import embed
+    from stark_pg.retrieve import get_method
+
+    module = get_method(method)
+    module.search(conn, skb_name, texts[0], k)                    # load the model outside the timing
+
+    def search(text: str):
+        embed._query_vector.cache_clear()                         # every query pays for its embedding
+        return module.search(conn, skb_name, text, k)
+
+    ms, _ = timed(search, texts)
+    return percentiles(ms)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("skb")
+    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("-k", type=int, default=10)
+    parser.add_argument("--methods", default="bm25,vss,multivss,hybrid")
+    parser.add_argument("--random-vectors", action="store_true", help="dense part with random unit vectors")
+    parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--no-yardsticks", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    methods = args.methods.split(",")
+    report: dict = {"skb": args.skb}
+    with connect() as conn:
+        skb_id = require_skb(conn, args.skb)
+        report["nodes"] = sql().count_nodes(conn, skb_id=skb_id)
+        texts = query_texts(conn, skb_id, args.queries)
+        if "bm25" in methods:
+            report["bm25_sql"] = bm25_sql(conn, skb_id, texts, args.k)
+            if not args.no_yardsticks:
+                report["bm25s"] = bm25s_yardstick(conn, skb_id, texts, args.k)
+        if args.random_vectors:
+            model = fill_random_vectors(conn, skb_id, args.dim)
+            rng = np.random.default_rng(1)
+            vectors = [v / np.linalg.norm(v) for v in rng.standard_normal((len(texts), args.dim)).astype(np.float32)]
+            report["vss_random_vectors"] = dense(conn, args.skb, skb_id, model, vectors, args.k)
+        else:
+            from stark_pg.embed import DEFAULT_MODEL, encode_query
+
+            vectors = [encode_query(t) for t in texts]
+            if "vss" in methods:
+                report["vss_sql"] = dense(conn, args.skb, skb_id, DEFAULT_MODEL, vectors, args.k)
+            if "multivss" in methods:
+                ms, _ = timed(lambda v: list(sql().multivss_top(conn, skb=args.skb, embedding=v, k=args.k,
+                                                                model=DEFAULT_MODEL, agg="max", top=3, pool=None,
+                                                                exact=False)), vectors)
+                report["multivss_sql"] = percentiles(ms)
+            for method in methods:
+                report[f"{method}_end_to_end"] = end_to_end(conn, args.skb, method, texts, args.k)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return
+    for key, value in report.items():
+        print(f"{key:>24}: {value}")
+
+
+if __name__ == "__main__":
+    main()
