@@ -35,6 +35,10 @@ begin
                           where d.skb_id = skb and d.scope = target_scope and d.node_id = c.node_id
                             and d.doc_hash = c.doc_hash);
     get diagnostics changed = row_count;
+    create temp table lex_touched (term text primary key) on commit drop;
+    insert into lex_touched
+        select distinct p.term from stark.lex_posting p join lex_stale s on s.node_id = p.node_id
+        where p.skb_id = skb and p.scope = target_scope;
 
     delete from stark.lex_posting p using lex_stale s
         where p.skb_id = skb and p.scope = target_scope and p.node_id = s.node_id;
@@ -53,13 +57,22 @@ begin
         select skb, target_scope, t.term, t.node_id, t.tf, d.len
         from lex_terms t
         join stark.lex_doc d on d.skb_id = skb and d.scope = target_scope and d.node_id = t.node_id;
+    insert into lex_touched select distinct t.term from lex_terms t on conflict do nothing;
+
+    delete from stark.lex_term lt using lex_touched x
+        where lt.skb_id = skb and lt.scope = target_scope and lt.term = x.term;
+    insert into stark.lex_term (skb_id, scope, term, df)
+        select skb, target_scope, p.term, count(*)
+        from stark.lex_posting p join lex_touched x on x.term = p.term
+        where p.skb_id = skb and p.scope = target_scope
+        group by p.term;
 
     delete from stark.lex_stats where skb_id = skb and scope = target_scope;
     insert into stark.lex_stats (skb_id, scope, n_docs, total_len)
         select skb, target_scope, count(*), coalesce(sum(len), 0)
         from stark.lex_doc where skb_id = skb and scope = target_scope;
 
-    drop table lex_current, lex_stale, lex_todo, lex_terms;
+    drop table lex_current, lex_stale, lex_todo, lex_terms, lex_touched;
     return changed;
 end
 $$;
@@ -82,16 +95,16 @@ create or replace function stark.bm25_scores(skb int, target_scope text, query t
                                              k1 double precision default 1.2, b double precision default 0.75)
 returns table (node_id bigint, score double precision)
 language sql stable parallel safe as $$
-    with q as (select term, qtf from stark.query_terms(query)),
-    st as (select n_docs::double precision as n, total_len::double precision / greatest(n_docs, 1) as avgdl
-           from stark.lex_stats where skb_id = skb and scope = target_scope),
-    p as (select p.term, p.node_id, p.tf, p.len, count(*) over (partition by p.term) as df
-          from stark.lex_posting p
-          where p.skb_id = skb and p.scope = target_scope and p.term = any (array(select term from q)))
-    select p.node_id,
-           sum(q.qtf * ln(1 + (st.n - p.df + 0.5) / (p.df + 0.5))
-               * p.tf / (p.tf + k1 * (1 - b + b * p.len / st.avgdl)))
-    from p join q on q.term = p.term cross join st
+    with st as (select n_docs::double precision as n, total_len::double precision / greatest(n_docs, 1) as avgdl
+                from stark.lex_stats where skb_id = skb and scope = target_scope),
+    t as (select q.term, q.qtf * ln(1 + (st.n - lt.df + 0.5) / (lt.df + 0.5)) as weight
+          from stark.query_terms(query) q
+          join stark.lex_term lt on lt.skb_id = skb and lt.scope = target_scope and lt.term = q.term
+          cross join st)
+    select p.node_id, sum(t.weight * p.tf / (p.tf + k1 * (1 - b + b * p.len / st.avgdl)))
+    from t
+    join stark.lex_posting p on p.skb_id = skb and p.scope = target_scope and p.term = t.term
+    cross join st
     group by p.node_id
 $$;
 comment on function stark.bm25_scores(int, text, text, double precision, double precision) is

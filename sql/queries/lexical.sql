@@ -24,3 +24,6 @@ select scope, n_docs, total_len from stark.lex_stats where skb_id = :skb_id orde
 -- name: bm25_top(skb_id, scope, query, k1, b, k)
 select node_id, score from stark.bm25_scores(:skb_id, :scope, :query, :k1, :b)
 order by score desc, node_id limit :k;
+
+-- name: drop_other_scope_terms(skb_id, scopes)!
+delete from stark.lex_term where skb_id = :skb_id and not (scope = any(:scopes));

@@ -25,6 +25,15 @@ create table stark.lex_posting (
 );
 comment on table stark.lex_posting is 'Postings: which documents of a scope hold a term, how often, and their length.';
 
+create table stark.lex_term (
+    skb_id   int    not null,
+    scope    text   not null,
+    term     text   not null,
+    df       int    not null,           -- documents of the scope holding the term
+    primary key (skb_id, scope, term)
+);
+comment on table stark.lex_term is 'Per term of a scope: its document frequency (for idf), kept up to date by stark.lex_refresh.';
+
 create table stark.lex_stats (
     skb_id     int    not null,
     scope      text   not null,

@@ -28,9 +28,10 @@ def build_lexical(conn: psycopg.Connection, skb_name: str, progress: Reporter | 
                 refreshed[scope] = sql().refresh_scope(conn, skb_id=skb_id, scope=scope)
             stage.advance()
     with conn.transaction():
-        for statement in (sql().drop_other_scopes, sql().drop_other_scope_docs, sql().drop_other_scope_stats):
+        for statement in (sql().drop_other_scopes, sql().drop_other_scope_docs, sql().drop_other_scope_terms,
+                          sql().drop_other_scope_stats):
             statement(conn, skb_id=skb_id, scopes=scopes)
     if any(refreshed.values()):
         with conn.transaction():
-            conn.execute("analyze stark.lex_posting, stark.lex_doc, stark.lex_stats")
+            conn.execute("analyze stark.lex_posting, stark.lex_doc, stark.lex_term, stark.lex_stats")
     return {"reindexed": refreshed, "seconds": round(time.perf_counter() - started, 3)}
