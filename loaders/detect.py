@@ -51,7 +51,8 @@ def open_source(source: str, fmt: str, **options):
     if fmt == "synthetic":
         from loaders.synthetic import SyntheticSource
 
-        return SyntheticSource(nodes=options.get("nodes", 10_000), seed=options.get("seed", 0))
+        return SyntheticSource(nodes=options.get("nodes", 10_000), seed=options.get("seed", 0),
+                               edges_per_node=options.get("edges_per_node", 20.0))
     if fmt in STARK_DATASETS:
         from loaders.stark_download import download_processed
         from loaders.stark_processed import StarkProcessedSource
