@@ -38,3 +38,12 @@ select field, count(*) as n from stark.node_field where skb_id = :skb_id group b
 
 -- name: node_ids(skb_id)
 select node_id from stark.node where skb_id = :skb_id;
+
+-- name: create_edge_partition(skb_id)$
+-- A new SKB's edge partition, as a plain table to COPY into; returns its qualified name.
+select stark.create_edge_partition(:skb_id);
+
+-- name: attach_edge_partition(skb_id)$
+-- The partition filled by the load gets its indexes (built in bulk), a check constraint that lets
+-- ATTACH skip its validation scan, and joins stark.edge; the parent's indexes adopt the new ones.
+select stark.attach_edge_partition(:skb_id);

@@ -39,15 +39,18 @@ create table stark.node_field (
 );
 comment on table stark.node_field is 'One row per text field of a node, with its English tsvector.';
 
+-- Partitioned by SKB: a load fills a new partition `stark.edge__skb<id>` without indexes, builds its
+-- two indexes in bulk (sorted: many times faster than maintaining them row by row) and attaches it;
+-- dropping an SKB drops its partition. Queries naming an skb_id read only that SKB's partition.
 create table stark.edge (
     skb_id    int    not null,
     src       bigint not null,
     relation  text   not null,
     dst       bigint not null
-);
+) partition by list (skb_id);
 create index edge_out_idx on stark.edge (skb_id, src, relation, dst);
 create index edge_in_idx on stark.edge (skb_id, dst, relation, src);
-comment on table stark.edge is 'Typed directed edges; indexed from both ends (covering, for index-only scans).';
+comment on table stark.edge is 'Typed directed edges, one partition per SKB; indexed from both ends (covering).';
 
 create table stark.query (
     skb_id      int    not null,
