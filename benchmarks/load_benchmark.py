@@ -3,7 +3,8 @@
     python benchmarks/load_benchmark.py                 # 10000 100000 1000000
     python benchmarks/load_benchmark.py 10000 --json
 
-Prints nodes, edges, seconds, nodes/s, edges/s and peak memory: the loading Python process's peak
+Prints nodes, edges, seconds, nodes/s and edges/s over the whole load and within the node stage
+(nodes with their text fields) and the edge stage (COPY plus the bulk index build), and peak memory: the loading Python process's peak
 RSS (getrusage) and the PostgreSQL backend's peak RSS (VmHWM in /proc, same machine only). Uses
 its own embedded server under STARK_PG_HOME (default /tmp/stark-bench-home). Not a test.
 """
@@ -57,6 +58,8 @@ def run_one(nodes: int, edges_per_node: float) -> dict:
         drop_skb(conn, f"bench-{nodes}")
     return {"nodes": summary.nodes, "edges": summary.edges, "queries": summary.queries, "seconds": round(seconds, 2),
             "nodes_per_s": round(summary.nodes / seconds), "edges_per_s": round(summary.edges / seconds),
+            "node_stage_per_s": round(summary.nodes / summary.stage_seconds["nodes"]),
+            "edge_stage_per_s": round(summary.edges / summary.stage_seconds["edges"]),
             "python_peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
             "backend_peak_mb": round(peak["backend_kb"] / 1024)}
 
@@ -80,7 +83,8 @@ def main() -> None:
         if not args.json:
             r = rows[-1]
             print(f"{r['nodes']:>9,} nodes {r['edges']:>11,} edges {r['seconds']:>8.1f} s "
-                  f"{r['nodes_per_s']:>9,} nodes/s {r['edges_per_s']:>10,} edges/s "
+                  f"{r['nodes_per_s']:>9,} nodes/s {r['edges_per_s']:>10,} edges/s (stages: "
+                  f"{r['node_stage_per_s']:,} nodes/s, {r['edge_stage_per_s']:,} edges/s) "
                   f"python peak {r['python_peak_mb']:>5} MB  postgres backend peak {r['backend_peak_mb']:>5} MB",
                   flush=True)
     if args.json:

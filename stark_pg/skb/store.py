@@ -42,6 +42,7 @@ class LoadSummary:
     dropped_edges: int = 0
     dropped_queries: int = 0
     seconds: float = 0.0
+    stage_seconds: dict[str, float] = field(default_factory=dict)   # nodes (with fields), edges, queries
 
     @property
     def nodes(self) -> int:
@@ -85,9 +86,15 @@ def load_skb(conn: psycopg.Connection, source: SkbSource, name: str | None = Non
         skb_id = sql().create_skb(conn, name=name, source=source.location, format=source.format,
                                   meta=json.dumps(source.meta))
         summary.skb_id = skb_id
+        stage_started = time.perf_counter()
         node_ids = _copy_nodes(conn, skb_id, source, summary, progress)
+        summary.stage_seconds["nodes"] = round(time.perf_counter() - stage_started, 3)
+        stage_started = time.perf_counter()
         _copy_edges(conn, skb_id, source, node_ids, drop_dangling, summary, progress)
+        summary.stage_seconds["edges"] = round(time.perf_counter() - stage_started, 3)
+        stage_started = time.perf_counter()
         _copy_queries(conn, skb_id, source, node_ids, drop_dangling, summary, progress)
+        summary.stage_seconds["queries"] = round(time.perf_counter() - stage_started, 3)
         summary.seconds = round(time.perf_counter() - started, 3)
         sql().update_skb_meta(conn, skb_id=skb_id, meta=json.dumps(source.meta | {"load": _meta(summary)}))
     _analyze(conn)
