@@ -21,7 +21,8 @@ create table stark.lex_posting (
     node_id  bigint not null,
     tf       int    not null,           -- occurrences of the term in the document
     len      int    not null,           -- the document's length (copied here so scoring needs no join)
-    primary key (skb_id, scope, term, node_id)
+    -- tf and len ride in the index so that scoring a term is an index-only scan of its postings
+    primary key (skb_id, scope, term, node_id) include (tf, len)
 );
 comment on table stark.lex_posting is 'Postings: which documents of a scope hold a term, how often, and their length.';
 

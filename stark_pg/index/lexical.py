@@ -32,6 +32,9 @@ def build_lexical(conn: psycopg.Connection, skb_name: str, progress: Reporter | 
                           sql().drop_other_scope_stats):
             statement(conn, skb_id=skb_id, scopes=scopes)
     if any(refreshed.values()):
-        with conn.transaction():
-            conn.execute("analyze stark.lex_posting, stark.lex_doc, stark.lex_term, stark.lex_stats")
+        # vacuum sets the visibility map, without which the postings' index-only scans visit the heap;
+        # it cannot run inside a transaction, so a caller's non-autocommit connection only analyzes
+        command = "vacuum (analyze)" if conn.autocommit and conn.info.transaction_status == 0 else "analyze"
+        for table in ("lex_posting", "lex_doc", "lex_term", "lex_stats"):
+            conn.execute(f"{command} stark.{table}")
     return {"reindexed": refreshed, "seconds": round(time.perf_counter() - started, 3)}
