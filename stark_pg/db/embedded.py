@@ -14,8 +14,13 @@ from pathlib import Path
 
 from stark_pg.config import home_dir
 
+# pgserver warns on every start where XDG_RUNTIME_DIR is unset (containers, CI): noise for our users
+warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+logging.getLogger("pgserver").setLevel(logging.WARNING)
+
 # Settings applied once to a new cluster: bulk loads and index builds want more WAL and memory
-# than PostgreSQL's defaults; all of these take effect on reload.
+# than PostgreSQL's defaults, and HNSW indexes of a million vectors (1.5 GB) must fit in shared
+# buffers to answer in milliseconds. shared_buffers takes effect on the restart that follows.
 _TUNING = {
     "max_wal_size": "4GB",
     "maintenance_work_mem": "512MB",
@@ -38,8 +43,6 @@ def pgdata_dir() -> Path:
 
 def start() -> EmbeddedServer:
     """Start (or reuse) the embedded server and return how to reach it."""
-    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
-    logging.getLogger("pgserver").setLevel(logging.WARNING)
     import pgserver
 
     pgdata = pgdata_dir()
@@ -49,16 +52,33 @@ def start() -> EmbeddedServer:
     server = pgserver.get_server(pgdata, cleanup_mode=None)
     if fresh:
         _tune(server.get_uri())
+        _restart(server)
     return EmbeddedServer(pgdata=pgdata, uri=server.get_uri(), pid=server.get_pid())
+
+
+def _shared_buffers() -> str:
+    """A quarter of the machine's memory, between PostgreSQL's default 128 MB and 8 GB."""
+    import psutil
+
+    quarter_mb = psutil.virtual_memory().total // 4 // (1 << 20)
+    return f"{max(128, min(quarter_mb, 8192))}MB"
 
 
 def _tune(uri: str) -> None:
     import psycopg
 
     with psycopg.connect(uri, autocommit=True) as conn:
-        for name, value in _TUNING.items():
+        for name, value in (_TUNING | {"shared_buffers": _shared_buffers()}).items():
             conn.execute(f"alter system set {name} = '{value}'")
-        conn.execute("select pg_reload_conf()")
+
+
+def _restart(server) -> None:
+    """pg_ctl restart reuses the options the server was started with (postmaster.opts)."""
+    from pgserver._commands import pg_ctl
+
+    pg_ctl(["-w", "-l", str(server.log), "restart"], pgdata=server.pgdata, user=server.system_user, timeout=60)
+    server._postmaster_info = None
+    server.ensure_postgres_running()
 
 
 def running_pid() -> int | None:
