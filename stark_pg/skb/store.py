@@ -93,7 +93,7 @@ def load_skb(conn: psycopg.Connection, source: SkbSource, name: str | None = Non
         _copy_edges(conn, skb_id, source, node_ids, drop_dangling, summary, progress)
         summary.stage_seconds["edges"] = round(time.perf_counter() - stage_started, 3)
         stage_started = time.perf_counter()
-        _copy_queries(conn, skb_id, source, node_ids, drop_dangling, summary, progress)
+        _copy_queries(conn, skb_id, _valid_queries(source, node_ids, drop_dangling, summary, progress))
         summary.stage_seconds["queries"] = round(time.perf_counter() - stage_started, 3)
         summary.seconds = round(time.perf_counter() - started, 3)
         sql().update_skb_meta(conn, skb_id=skb_id, meta=json.dumps(source.meta | {"load": _meta(summary)}))
@@ -116,11 +116,7 @@ def load_queries(conn: psycopg.Connection, skb_name: str, source: QuerySource, *
         node_ids = {row[0] for row in sql().node_ids(conn, skb_id=skb_id)}
         rows = list(_valid_queries(source, node_ids, drop_dangling, summary, progress))
         sql().delete_queries_of_splits(conn, skb_id=skb_id, splits=sorted({q.split for q in rows}))
-        with conn.cursor().copy("copy stark.query (skb_id, query_id, split, body, answer_ids) from stdin") as cp:
-            writer = CopyWriter(cp)
-            for q in rows:
-                writer.line(_query_line(skb_id, q))
-            writer.flush()
+        _copy_queries(conn, skb_id, rows)
         summary.seconds = round(time.perf_counter() - started, 3)
     _analyze(conn)
     return summary
@@ -200,11 +196,11 @@ def _copy_edges(conn, skb_id: int, source: SkbSource, node_ids: set[int], drop_d
     summary.edges_by_relation = dict(relations.most_common())
 
 
-def _copy_queries(conn, skb_id: int, source: SkbSource, node_ids: set[int], drop_dangling: bool,
-                  summary: LoadSummary, progress: Reporter) -> None:
+def _copy_queries(conn, skb_id: int, queries) -> None:
+    """COPY already validated queries (see _valid_queries) into stark.query."""
     with conn.cursor().copy("copy stark.query (skb_id, query_id, split, body, answer_ids) from stdin") as cp:
         out = CopyWriter(cp)
-        for query in _valid_queries(source, node_ids, drop_dangling, summary, progress):
+        for query in queries:
             out.line(_query_line(skb_id, query))
         out.flush()
 
