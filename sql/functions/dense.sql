@@ -101,7 +101,7 @@ comment on function stark.dense_target(text, text, vector, boolean) is
 
 -- ---------------------------------------------------------------------------------------------
 -- VSS: the k nodes whose document vectors are nearest the query (cosine).
--- By default through the SKB's HNSW index, with hnsw.ef_search raised to k for this call (never
+-- By default through the SKB's HNSW index, with hnsw.ef_search raised to max(k, 100) for this call (never
 -- lowered; pgvector caps it at 1000, so k > 1000 is answered exactly). exact => true scans every
 -- vector of the SKB: the ground truth HNSW is measured against.
 create or replace function stark.vss(skb_name text, query vector, k int default 10,
@@ -117,7 +117,7 @@ begin
             'select d.node_id, 1 - (d.vec <=> $1) as score from stark.%I d where d.skb_id = %s '
             'order by score desc, d.node_id limit %s', t.tbl, t.skb, k) using query;
     else
-        perform set_config('hnsw.ef_search', greatest(k, coalesce(saved, '40')::int)::text, true);
+        perform set_config('hnsw.ef_search', greatest(k, 100, coalesce(saved, '40')::int)::text, true);
         return query execute format(
             'select d.node_id, 1 - (d.vec <=> $1) from stark.%I d where d.skb_id = %s '
             'order by d.vec <=> $1 limit %s', t.tbl, t.skb, k) using query;
