@@ -1,0 +1,40 @@
+-- Named statements of the LLM layer (stark_pg/llm/cache.py) and of the evaluation's LLM totals.
+
+-- name: llm_cache_get(provider, model, request_hash)^
+select response, prompt_tokens, completion_tokens, cost_usd, seconds
+from stark.llm_cache
+where provider = :provider and model = :model and request_hash = :request_hash;
+
+-- name: llm_cache_put(provider, model, request_hash, request, response, prompt_tokens, completion_tokens, cost_usd, seconds)!
+-- Upsert: `refresh` overwrites, and two processes racing on one request leave the later answer.
+insert into stark.llm_cache (provider, model, request_hash, request, response, prompt_tokens, completion_tokens,
+                             cost_usd, seconds)
+values (:provider, :model, :request_hash, cast(:request as jsonb), cast(:response as jsonb), :prompt_tokens,
+        :completion_tokens, :cost_usd, :seconds)
+on conflict (provider, model, request_hash) do update
+set request = excluded.request, response = excluded.response, prompt_tokens = excluded.prompt_tokens,
+    completion_tokens = excluded.completion_tokens, cost_usd = excluded.cost_usd, seconds = excluded.seconds,
+    created_at = now();
+
+-- name: llm_cache_count(provider, model)$
+select count(*) from stark.llm_cache where provider = :provider and model = :model;
+
+-- name: run_llm_usage(skb_id, run_id)^
+-- LLM totals of an evaluation run, from the `llm` entry (a meter's as_dict()) of each query's trace.
+-- Queries without one (no LLM step, or a failed query whose trace was lost) count in `queries` only.
+select count(*)                                                               as queries,
+       count(*) filter (where trace ? 'llm')                                  as queries_with_llm,
+       coalesce(sum((trace -> 'llm' ->> 'calls')::bigint), 0)                 as calls,
+       coalesce(sum((trace -> 'llm' ->> 'cache_hits')::bigint), 0)            as cache_hits,
+       coalesce(sum((trace -> 'llm' ->> 'prompt_tokens')::bigint), 0)         as prompt_tokens,
+       coalesce(sum((trace -> 'llm' ->> 'completion_tokens')::bigint), 0)     as completion_tokens,
+       coalesce(sum((trace -> 'llm' ->> 'seconds')::float8), 0)               as seconds,
+       sum((trace -> 'llm' ->> 'cost_usd')::float8)                           as cost_usd
+from stark.eval_result
+where skb_id = :skb_id and run_id = :run_id;
+
+-- name: rerank_documents(skb, node_ids, with_relations)
+-- The documents an LLM reranker reads, one per candidate node (in no particular order).
+select n.node_id, stark.render_document(n.skb_id, n.node_id, :with_relations)
+from stark.node n
+where n.skb_id = stark.skb_id(:skb) and n.node_id = any(:node_ids);

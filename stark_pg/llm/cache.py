@@ -1,0 +1,74 @@
+"""stark.llm_cache: every request and response, so a rerun replays without calls.
+
+Reads go through the caller's connection. Writes must outlive whatever the caller does with its
+transaction (the evaluation runner rolls back after a failed query; a method may call the LLM
+inside `with conn.transaction():` and then fail): a paid-for answer is never thrown away with it.
+So a write goes straight through the caller's connection only when that connection is autocommit
+and idle (the write commits at once, as stark-pg's connections are); otherwise it goes through a
+second, autocommit connection to the same database, opened on first need.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import weakref
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import pq
+from psycopg.conninfo import make_conninfo
+
+from stark_pg.resources import queries as sql
+
+
+def canonical_json(value) -> str:
+    """One text per request whatever the dict order or spacing: what the hash is taken of."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def request_hash(request: dict) -> str:
+    return hashlib.sha256(canonical_json(request).encode("utf-8")).hexdigest()
+
+
+@dataclass
+class CachedReply:
+    response: dict
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    cost_usd: float | None
+    seconds: float | None
+
+
+class LLMCache:
+    def __init__(self, conn: psycopg.Connection):
+        self.conn = conn
+        self._side: psycopg.Connection | None = None
+
+    def get(self, provider: str, model: str, key: str) -> CachedReply | None:
+        row = sql().llm_cache_get(self.conn, provider=provider, model=model, request_hash=key)
+        return CachedReply(*row) if row else None
+
+    def put(self, provider: str, model: str, key: str, request: dict, response: dict, *,
+            prompt_tokens: int | None, completion_tokens: int | None, cost_usd: float | None,
+            seconds: float) -> None:
+        sql().llm_cache_put(self._writer(), provider=provider, model=model, request_hash=key,
+                            request=canonical_json(request), response=canonical_json(response),
+                            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cost_usd=cost_usd,
+                            seconds=seconds)
+
+    def _writer(self) -> psycopg.Connection:
+        if self.conn.autocommit and self.conn.info.transaction_status == pq.TransactionStatus.IDLE:
+            return self.conn
+        if self._side is None or self._side.closed:
+            # conn.info.dsn leaves the password out; the libpq connection still knows it
+            password = self.conn.pgconn.password
+            params = {"password": password.decode()} if password else {}
+            self._side = psycopg.connect(make_conninfo(self.conn.info.dsn, **params), autocommit=True)
+            weakref.finalize(self, self._side.close)
+        return self._side
+
+    def close(self) -> None:
+        if self._side is not None:
+            self._side.close()
+            self._side = None

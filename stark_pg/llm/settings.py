@@ -1,0 +1,73 @@
+"""Which LLM to use, from method options first and the environment second.
+
+Options are what `-o llm=... -o base_url=... -o cache=...` set on a method; a None option falls back
+to STARK_PG_LLM, STARK_PG_LLM_BASE_URL, STARK_PG_LLM_CACHE (and STARK_PG_LLM_TIMEOUT,
+STARK_PG_LLM_RETRIES). API keys are not settings: the providers read them from their usual
+variables when a call is actually needed, so a cache-only replay needs no key at all.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from stark_pg.llm.errors import LLMError
+
+PROVIDERS = ("openai", "anthropic")
+CACHE_MODES = ("use", "only", "refresh")
+DEFAULT_TIMEOUT = 120.0      # seconds per attempt; a 1.5B model on 2 CPU cores needs up to a minute for long prompts
+DEFAULT_RETRIES = 3          # the SDKs' own retries: exponential backoff from 0.5 s (max 8 s), Retry-After honoured
+
+
+@dataclass(frozen=True)
+class LLMSettings:
+    provider: str                 # openai | anthropic
+    model: str
+    base_url: str | None = None   # an OpenAI-compatible (vLLM, Ollama, llama.cpp) or Anthropic-compatible server
+    cache: str = "use"            # use | only | refresh
+    timeout: float = DEFAULT_TIMEOUT
+    max_retries: int = DEFAULT_RETRIES
+
+    @property
+    def name(self) -> str:
+        return f"{self.provider}:{self.model}"
+
+    @classmethod
+    def resolve(cls, llm: str | None = None, base_url: str | None = None, cache: str | None = None,
+                timeout: float | None = None, max_retries: int | None = None) -> LLMSettings:
+        """Settings from the given options, each None one taken from the environment."""
+        spec = llm or os.environ.get("STARK_PG_LLM")
+        if not spec:
+            raise LLMError("no LLM chosen: pass -o llm=PROVIDER:MODEL (e.g. openai:gpt-4o-mini, "
+                           "anthropic:claude-3-5-haiku-latest) or set STARK_PG_LLM")
+        provider, sep, model = spec.partition(":")
+        provider = provider.strip().lower()
+        model = model.strip()
+        source = "-o llm" if llm else "STARK_PG_LLM"
+        if not sep or not model:
+            raise LLMError(f"{source}={spec!r}: expected PROVIDER:MODEL, e.g. openai:gpt-4o-mini")
+        if provider not in PROVIDERS:
+            raise LLMError(f"{source}={spec!r}: unknown provider {provider!r} (known: {', '.join(PROVIDERS)}; "
+                           f"an OpenAI-compatible server is openai:MODEL with -o base_url=...)")
+        mode = (cache or os.environ.get("STARK_PG_LLM_CACHE") or "use").strip().lower()
+        if mode not in CACHE_MODES:
+            raise LLMError(f"-o cache={mode!r} (or STARK_PG_LLM_CACHE): expected one of {', '.join(CACHE_MODES)}")
+        return cls(provider=provider, model=model,
+                   base_url=base_url or os.environ.get("STARK_PG_LLM_BASE_URL") or None,
+                   cache=mode,
+                   timeout=_positive(timeout, "STARK_PG_LLM_TIMEOUT", DEFAULT_TIMEOUT, float),
+                   max_retries=int(_positive(max_retries, "STARK_PG_LLM_RETRIES", DEFAULT_RETRIES, int, zero=True)))
+
+
+def _positive(value, variable: str, default, kind, zero: bool = False):
+    if value is None:
+        raw = os.environ.get(variable)
+        if not raw:
+            return default
+        try:
+            value = kind(raw)
+        except ValueError:
+            raise LLMError(f"{variable}={raw!r} is not a number") from None
+    if value < 0 or (value == 0 and not zero):
+        raise LLMError(f"{variable} (or its option) must be {'>= 0' if zero else '> 0'}, not {value}")
+    return value

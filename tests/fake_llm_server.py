@@ -1,0 +1,126 @@
+"""A local HTTP server speaking the OpenAI chat-completions and Anthropic messages protocols.
+
+The real SDK clients talk to it through their base_url, so the tests exercise the same code as a
+run against OpenAI, Anthropic or a vLLM/llama.cpp server, without a network or a model. What it
+answers is up to the test: a `responder(kind, body)` returning the reply text, or a scripted queue
+of replies (text, HTTP errors, delays) consumed first. Every request is recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@dataclass
+class Scripted:
+    """One scripted answer: reply text, or an HTTP error status; optionally after a delay."""
+
+    text: str | None = None
+    status: int = 200
+    delay: float = 0.0
+    headers: dict = field(default_factory=dict)
+
+
+class FakeLLMServer:
+    def __init__(self):
+        self.requests: list[dict] = []          # {"kind": "openai"|"anthropic", "path", "body", "headers"}
+        self.script: list[Scripted] = []
+        self.responder = lambda kind, body: '{"ok": true}'
+        self.usage = (11, 7)                    # prompt/input and completion/output tokens reported
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def port(self) -> int:
+        return self._httpd.server_address[1]
+
+    @property
+    def openai_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def anthropic_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> FakeLLMServer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def _next(self, kind: str, body: dict) -> Scripted:
+        with self._lock:
+            if self.script:
+                return self.script.pop(0)
+        answer = self.responder(kind, body)
+        return answer if isinstance(answer, Scripted) else Scripted(text=answer)
+
+    def _handler_class(self):
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                length = int(self.headers.get("content-length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                if self.path.endswith("/chat/completions"):
+                    kind = "openai"
+                elif self.path.endswith("/v1/messages"):
+                    kind = "anthropic"
+                else:
+                    return self._send(404, {"error": {"message": f"no route {self.path}"}})
+                with server._lock:
+                    server.requests.append({"kind": kind, "path": self.path, "body": body,
+                                            "headers": {k.lower(): v for k, v in self.headers.items()}})
+                answer = server._next(kind, body)
+                if answer.delay:
+                    time.sleep(answer.delay)
+                if answer.status != 200:
+                    error = ({"error": {"message": f"scripted {answer.status}", "type": "server_error"}}
+                             if kind == "openai" else
+                             {"type": "error", "error": {"type": "api_error", "message": f"scripted {answer.status}"}})
+                    return self._send(answer.status, error, answer.headers)
+                prompt, completion = server.usage
+                if kind == "openai":
+                    payload = {"id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
+                               "model": body.get("model"),
+                               "choices": [{"index": 0, "finish_reason": "stop",
+                                            "message": {"role": "assistant", "content": answer.text}}],
+                               "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                                         "total_tokens": prompt + completion}}
+                else:
+                    payload = {"id": "msg_fake", "type": "message", "role": "assistant", "model": body.get("model"),
+                               "content": [{"type": "text", "text": answer.text}], "stop_reason": "end_turn",
+                               "stop_sequence": None,
+                               "usage": {"input_tokens": prompt, "output_tokens": completion}}
+                self._send(200, payload, answer.headers)
+
+            def _send(self, status: int, payload: dict, headers: dict | None = None):
+                data = json.dumps(payload).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
+                    for key, value in (headers or {}).items():
+                        self.send_header(key, value)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass   # the client gave up (a timeout test)
+
+        return Handler
+
+
+def user_text(kind: str, body: dict) -> str:
+    """The last user message of a request, whichever protocol."""
+    return [m for m in body["messages"] if m["role"] == "user"][-1]["content"]
