@@ -1,0 +1,298 @@
+-- 4StepFocus (Boer, Koch, Kramer 2024) in SQL: linking the constants of LLM triplets to nodes
+-- (their Algorithm 3, the part PostgreSQL can do), substituting the triplets' variables over the
+-- edge table until no candidate set changes (their Algorithm 2), and ranking the surviving
+-- candidates by vector similarity ahead of everything else (their step 3).
+--
+-- Everything reads one SKB at a time (skb_id literal in every statement, so only that SKB's edge
+-- partition and partial indexes are touched); no temporary tables, no cross-SKB joins.
+
+-- ---------------------------------------------------------------------------------------------
+-- Names, normalised for exact linking: lower case, every run of characters that are not letters or
+-- digits collapsed to one space, trimmed. "Crohn's Colitis" and "crohn s colitis" are the same name.
+create or replace function stark.focus_normalize(name text)
+returns text
+language sql immutable strict parallel safe as $$
+    select btrim(regexp_replace(lower(name), '[^[:alnum:]]+', ' ', 'g'))
+$$;
+comment on function stark.focus_normalize(text) is
+    '4StepFocus: a name for exact linking (lower case, runs of non-alphanumerics -> one space, trimmed).';
+
+-- The nodes a constant of a triplet may link to: those whose lower-cased name equals the constant,
+-- plus the `pool` best BM25 matches over the name field (the lexical index's `name` scope; without
+-- it only the exact names are found). `exact` says whether the normalised names are equal. Python
+-- scores these few by string and embedding similarity (stark_pg/retrieve/focus/link.py).
+create or replace function stark.focus_name_candidates(skb_name text, constant text, pool int default 20)
+returns table (node_id bigint, type text, name text, exact boolean, bm25 double precision)
+language sql stable as $$
+    with skb as (select stark.skb_id(skb_name) as id),
+    lexical as (select b.node_id, b.score from stark.bm25(skb_name, constant, pool, 'name') b),
+    same_name as (select n.node_id from stark.node n, skb
+                  where n.skb_id = skb.id and lower(n.name) = lower(constant)),
+    found as (select l.node_id from lexical l union select s.node_id from same_name s)
+    select n.node_id, n.type, n.name, stark.focus_normalize(n.name) = stark.focus_normalize(constant),
+           l.score
+    from found f
+    cross join skb
+    join stark.node n on n.skb_id = skb.id and n.node_id = f.node_id
+    left join lexical l on l.node_id = f.node_id
+    order by 4 desc, l.score desc nulls last, n.node_id
+$$;
+comment on function stark.focus_name_candidates(text, text, int) is
+    '4StepFocus linking: nodes named like `constant` (same lower-cased name, or among the best BM25 name matches).';
+
+-- ---------------------------------------------------------------------------------------------
+-- Substitution (Algorithm 2). A problem is JSON:
+--   {"variables": {"x1": "drug", "x2": "gene/protein", "x3": null},      -- each variable's node type (null: any)
+--    "triplets": [{"head": "x1", "relation": "target", "tail": "x2"},     -- variable-variable
+--                 {"head": "x2", "relation": "interacts with", "tail": [144, 2001]}]}  -- a constant: its linked nodes
+-- Each variable's candidate set starts as the nodes of its type; a triplet between a variable and a
+-- constant keeps the candidates with an edge to one of the constant's nodes; a triplet between two
+-- variables keeps, on each side, the candidates with an edge to a candidate of the other side. The
+-- variable-variable triplets are applied round after round until a whole round changes no set: the
+-- largest arc-consistent candidate sets, which are the same whatever order the triplets are applied in.
+-- Edges: either direction (directed => false, the default: LLMs often reverse a relation, and PrimeKG
+-- stores each edge both ways anyway) or head -> tail only. Relations: the triplet's relation only
+-- (respect_relations => true) or any relation (the paper's setting).
+--
+-- A set nothing has narrowed yet stays symbolic ("every node of the type") and is read from stark.node
+-- when a triplet needs it, so an unconstrained variable costs nothing; sets otherwise live in arrays.
+create type stark.focus_domain as (
+    variable  text,
+    node_type text,        -- null: any type
+    top       boolean,     -- true: every node of node_type (not materialised)
+    node_ids  bigint[]     -- sorted, when not top
+);
+comment on type stark.focus_domain is '4StepFocus: one variable''s candidate set during substitution.';
+
+-- A candidate set as a FROM item `(...) alias(id)`; $<param> carries its array when materialised.
+create or replace function stark.focus_domain_source(skb int, d stark.focus_domain, param int, type_param int,
+                                                     alias text)
+returns text
+language sql immutable as $$
+    select case
+        when not d.top then format('unnest($%s::bigint[]) %I(id)', param, alias)
+        when d.node_type is null then format('(select n.node_id as id from stark.node n where n.skb_id = %s) %I',
+                                              skb, alias)
+        else format('(select n.node_id as id from stark.node n where n.skb_id = %s and n.type = $%s) %I',
+                    skb, type_param, alias)
+    end
+$$;
+comment on function stark.focus_domain_source(int, stark.focus_domain, int, int, text) is
+    'Internal (4StepFocus): a candidate set as SQL, an array parameter or the nodes of a type.';
+
+-- The statement that revises candidate set y against set x over edges of `relation` (null: any):
+-- the members of y with an edge to a member of x. y_end: 'src' (y is the edge's source: y is the
+-- triplet's head), 'dst' (y is its tail) or null (either direction). Parameters: $1 y's ids, $2 x's ids,
+-- $3 relation, $4 y's type, $5 x's type. The planner picks the side to start from (the arrays' sizes
+-- are known to it, since EXECUTE plans with the actual values).
+create or replace function stark.focus_revise_sql(skb int, y stark.focus_domain, x stark.focus_domain,
+                                                  relation text, y_end text)
+returns text
+language plpgsql immutable as $$
+declare
+    rel text := case when relation is null then '' else ' and e.relation = $3' end;
+    one text := 'select y.id from %s join stark.edge e on e.skb_id = %s and e.%I = y.id%s join %s on x.id = e.%I';
+    parts text[] := '{}';
+    ys text := stark.focus_domain_source(skb, y, 1, 4, 'y');
+    xs text := stark.focus_domain_source(skb, x, 2, 5, 'x');
+begin
+    if y_end is null or y_end = 'src' then
+        parts := parts || format(one, ys, skb, 'src', rel, xs, 'dst');
+    end if;
+    if y_end is null or y_end = 'dst' then
+        parts := parts || format(one, ys, skb, 'dst', rel, xs, 'src');
+    end if;
+    return format('select coalesce(array_agg(distinct r.id order by r.id), ''{}'') from (%s) r',
+                  array_to_string(parts, ' union all '));
+end
+$$;
+comment on function stark.focus_revise_sql(int, stark.focus_domain, stark.focus_domain, text, text) is
+    'Internal (4StepFocus): SQL keeping the members of one candidate set with an edge to a member of another.';
+
+create or replace function stark.focus_substitute(skb_name text, problem jsonb,
+                                                  respect_relations boolean default false,
+                                                  directed boolean default false, max_rounds int default 1000)
+returns table (variable text, node_type text, unconstrained boolean, size bigint, node_ids bigint[], rounds int)
+language plpgsql stable as $$
+declare
+    skb int := stark.skb_id(skb_name);
+    doms stark.focus_domain[] := '{}';
+    names text[] := '{}';
+    type_size bigint[] := '{}';
+    arc_head int[] := '{}';
+    arc_tail int[] := '{}';
+    arc_rel text[] := '{}';
+    done boolean[];
+    v record;
+    t jsonb;
+    h jsonb;
+    tl jsonb;
+    rel text;
+    var_i int;
+    const_ids bigint[];
+    const_dom stark.focus_domain;
+    var_end text;
+    n_rounds int := 0;
+    changed boolean;
+    pass int;
+    i int;
+    side int;
+    a int;
+    b int;
+    a_end text;
+    new_ids bigint[];
+    old_size bigint;
+begin
+    if skb is null then
+        raise exception 'no SKB named %', coalesce(quote_literal(skb_name), 'NULL');
+    end if;
+    if problem is null or jsonb_typeof(problem -> 'variables') is distinct from 'object' then
+        raise exception 'focus_substitute: problem must be a JSON object with "variables" (an object) and "triplets"';
+    end if;
+    for v in select key, value from jsonb_each(problem -> 'variables') order by key loop
+        if jsonb_typeof(v.value) not in ('string', 'null') then
+            raise exception 'focus_substitute: the type of variable % must be a string or null, not %', v.key, v.value;
+        end if;
+        names := names || v.key;
+        doms := doms || row(v.key, v.value #>> '{}', true, null)::stark.focus_domain;
+        type_size := type_size || null::bigint;
+    end loop;
+
+    -- Constants first: each variable-constant triplet narrows its variable once (constants never change).
+    for t in select value from jsonb_array_elements(coalesce(problem -> 'triplets', '[]')) loop
+        h := t -> 'head';
+        tl := t -> 'tail';
+        rel := case when respect_relations then t ->> 'relation' end;
+        if jsonb_typeof(h) not in ('string', 'array') or jsonb_typeof(tl) not in ('string', 'array') then
+            raise exception 'focus_substitute: a triplet''s head and tail are a variable name or an array of node ids: %', t;
+        end if;
+        foreach side in array array[1, 2] loop
+            if jsonb_typeof(case when side = 1 then h else tl end) <> 'string' then
+                continue;
+            end if;
+            var_i := array_position(names, case when side = 1 then h else tl end #>> '{}');
+            if var_i is null then
+                raise exception 'focus_substitute: triplet % names variable %, which is not among the variables',
+                    t, case when side = 1 then h else tl end;
+            end if;
+        end loop;
+        if jsonb_typeof(h) = 'array' and jsonb_typeof(tl) = 'array' then
+            continue;                                          -- constant-constant: nothing to substitute
+        elsif jsonb_typeof(h) = 'string' and jsonb_typeof(tl) = 'string' then
+            arc_head := arc_head || array_position(names, h #>> '{}');
+            arc_tail := arc_tail || array_position(names, tl #>> '{}');
+            arc_rel := arc_rel || rel;
+            continue;
+        end if;
+        if jsonb_typeof(h) = 'string' then
+            var_i := array_position(names, h #>> '{}');
+            const_ids := array(select jsonb_array_elements_text(tl)::bigint);
+            var_end := 'src';
+        else
+            var_i := array_position(names, tl #>> '{}');
+            const_ids := array(select jsonb_array_elements_text(h)::bigint);
+            var_end := 'dst';
+        end if;
+        const_dom := row('constant', null, false, const_ids)::stark.focus_domain;
+        execute stark.focus_revise_sql(skb, doms[var_i], const_dom, rel, case when directed then var_end end)
+            into new_ids using doms[var_i].node_ids, const_ids, rel, doms[var_i].node_type, null::text;
+        doms[var_i].top := false;
+        doms[var_i].node_ids := new_ids;
+    end loop;
+
+    -- Then the variable-variable triplets, round after round, until no set changes. Within a round,
+    -- triplets with a materialised side go first; a triplet between two untouched variables (both
+    -- "every node of the type") is applied last, when one of them may have been narrowed meanwhile.
+    loop
+        n_rounds := n_rounds + 1;
+        if n_rounds > max_rounds then
+            raise exception 'focus_substitute: no fixed point after % rounds', max_rounds;
+        end if;
+        changed := false;
+        done := array_fill(false, array[coalesce(array_length(arc_head, 1), 0)]);
+        for pass in 1 .. 2 loop
+            for i in 1 .. coalesce(array_length(arc_head, 1), 0) loop
+                continue when done[i];
+                continue when pass = 1 and doms[arc_head[i]].top and doms[arc_tail[i]].top;
+                done[i] := true;
+                foreach side in array array[1, 2] loop
+                    a := case when side = 1 then arc_head[i] else arc_tail[i] end;   -- the set revised
+                    b := case when side = 1 then arc_tail[i] else arc_head[i] end;   -- against this one
+                    a_end := case when not directed then null when side = 1 then 'src' else 'dst' end;
+                    execute stark.focus_revise_sql(skb, doms[a], doms[b], arc_rel[i], a_end)
+                        into new_ids using doms[a].node_ids, doms[b].node_ids, arc_rel[i], doms[a].node_type,
+                                           doms[b].node_type;
+                    if doms[a].top then
+                        if type_size[a] is null then
+                            select count(*) into old_size from stark.node n
+                            where n.skb_id = skb and (doms[a].node_type is null or n.type = doms[a].node_type);
+                            type_size[a] := old_size;
+                        end if;
+                        old_size := type_size[a];
+                    else
+                        old_size := cardinality(doms[a].node_ids);
+                    end if;
+                    if cardinality(new_ids) < old_size then
+                        changed := true;
+                        doms[a].top := false;
+                        doms[a].node_ids := new_ids;
+                    end if;
+                end loop;
+            end loop;
+        end loop;
+        exit when not changed;
+    end loop;
+
+    for i in 1 .. coalesce(array_length(names, 1), 0) loop
+        if doms[i].top and type_size[i] is null then
+            select count(*) into old_size from stark.node n
+            where n.skb_id = skb and (doms[i].node_type is null or n.type = doms[i].node_type);
+            type_size[i] := old_size;
+        end if;
+        variable := doms[i].variable;
+        node_type := doms[i].node_type;
+        unconstrained := doms[i].top;
+        size := case when doms[i].top then type_size[i] else cardinality(doms[i].node_ids) end;
+        node_ids := case when doms[i].top then null else doms[i].node_ids end;
+        rounds := n_rounds;
+        return next;
+    end loop;
+end
+$$;
+comment on function stark.focus_substitute(text, jsonb, boolean, boolean, int) is
+    '4StepFocus substitution: each variable''s candidates after applying the triplets until no set changes.';
+
+-- ---------------------------------------------------------------------------------------------
+-- Step 3: the filtered candidates ranked by cosine similarity (exact: they are few), ahead of the
+-- best other nodes by VSS (through the HNSW index), k in all. Filtered candidates are the given ids,
+-- or, when `candidates` is null, every node of `candidate_type` (a target variable nothing narrowed);
+-- both null: plain VSS. Scores keep the order: a filtered node scores 3 + cosine, any other its cosine.
+create or replace function stark.focus_rank(skb_name text, query vector, candidates bigint[], candidate_type text,
+                                            k int default 20, model text default 'all-MiniLM-L6-v2')
+returns table (node_id bigint, score double precision, filtered boolean)
+language plpgsql stable as $$
+declare
+    t record := stark.dense_target(skb_name, model, query, false);
+    n_filtered int;
+begin
+    if candidates is null and candidate_type is null then
+        return query select s.node_id, s.score, false from stark.vss(skb_name, query, k, model) s;
+        return;
+    end if;
+    return query execute format(
+        'with f as materialized ('
+        '    select d.node_id, 1 - (d.vec <=> $1) as cos from stark.%1$I d '
+        '    join stark.node n on n.skb_id = %2$s and n.node_id = d.node_id '
+        '    where d.skb_id = %2$s and (case when $2::bigint[] is null then n.type = $3 else n.node_id = any ($2) end) '
+        '    order by cos desc, d.node_id limit $4) '
+        'select f.node_id, 3 + f.cos, true from f '
+        'union all '
+        '(select o.node_id, o.score, false from stark.vss($5, $1, $4 + (select count(*)::int from f), $6) o '
+        ' where o.node_id not in (select f.node_id from f) '
+        ' order by o.score desc, o.node_id limit greatest($4 - (select count(*)::int from f), 0)) '
+        'order by 2 desc, 1', t.tbl, t.skb)
+        using query, candidates, candidate_type, k, skb_name, model;
+end
+$$;
+comment on function stark.focus_rank(text, vector, bigint[], text, int, text) is
+    '4StepFocus ranking: filtered candidates by cosine first (score 3 + cosine), then the best other nodes by VSS.';
