@@ -1,12 +1,28 @@
 """Load speed and memory: synthetic SKBs of 10K, 100K and 1M nodes through `load_skb`, one subprocess each.
 
-    python benchmarks/load_benchmark.py                 # 10000 100000 1000000
-    python benchmarks/load_benchmark.py 10000 --json
+    python benchmarks/load_benchmark.py                          # 10000 100000 1000000
+    python benchmarks/load_benchmark.py 10000 100000 --json
+    python benchmarks/load_benchmark.py 130000 --edges-per-node 62
 
-Prints nodes, edges, seconds, nodes/s and edges/s over the whole load and within the node stage
-(nodes with their text fields) and the edge stage (COPY plus the bulk index build), and peak memory: the loading Python process's peak
-RSS (getrusage) and the PostgreSQL backend's peak RSS (VmHWM in /proc, same machine only). Uses
-its own embedded server under STARK_PG_HOME (default /tmp/stark-bench-home). Not a test.
+Each size runs in a fresh Python process (so peak RSS is per size), loads `SyntheticSource` with
+`load_skb(..., if_exists="replace")`, then drops the SKB. Printed per size:
+
+- nodes, edges, queries; seconds of the whole `load_skb` call (validation, COPY, the edge
+  partition's bulk index build, the queries' exact answers, `analyze`) and nodes/s, edges/s over it;
+- stage rates: nodes/s of the node stage (nodes and their text), edges/s of the edge stage (COPY and
+  index build), seconds of the query stage (the generator's answer computation and its COPY);
+- the generator alone: nodes/s and edges/s of iterating `nodes()` and `edges()` with no database;
+- peak memory. "python" is the loading process's peak RSS (getrusage ru_maxrss). "backend" is the
+  PostgreSQL backend serving the load, read from /proc/<backend pid>/status (same machine only):
+  VmHWM, its peak RSS, which counts the shared buffers it touched, and the peak of RssAnon (its
+  private memory: sorts, maintenance_work_mem), sampled every 0.2 s. Parallel index-build workers
+  are separate processes and not counted.
+
+The benchmark uses the embedded server under --home (default: $STARK_PG_HOME if set, else
+/tmp/stark-bench-home), ignoring STARK_PG_DSN unless --dsn is given. It stops that server at the
+end only if it started it (and not with --keep-server): on a shared machine someone else may be
+using a server that was already running.
+Not a test.
 """
 
 from __future__ import annotations
@@ -19,76 +35,158 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_HOME = "/tmp/stark-bench-home"
 
 
-def backend_peak_kb(pid: int) -> int | None:
+def _status_kb(pid: int) -> dict[str, int]:
+    """VmHWM / VmRSS / RssAnon / RssShmem of a process, in kB; empty when unreadable."""
+    out = {}
     try:
         with open(f"/proc/{pid}/status") as handle:
             for line in handle:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
+                key, _, rest = line.partition(":")
+                if key in ("VmHWM", "VmRSS", "RssAnon", "RssShmem"):
+                    out[key] = int(rest.split()[0])
     except OSError:
-        return None
-    return None
+        return {}
+    return out
 
 
-def run_one(nodes: int, edges_per_node: float) -> dict:
+def _is_postgres(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return b"postgres" in handle.read()
+    except OSError:
+        return False
+
+
+def run_one(nodes: int, edges_per_node: float, seed: int, dsn: str | None) -> dict:
+    sys.path.insert(0, str(ROOT))
     from loaders.synthetic import SyntheticSource
     from stark_pg.db import connect
     from stark_pg.skb.catalog import drop_skb
     from stark_pg.skb.store import load_skb
 
-    with connect() as conn:
+    name = f"bench-{nodes}"
+    with connect(dsn) as conn:
         pid = conn.info.backend_pid
-        peak = {"backend_kb": 0}
+        local = _is_postgres(pid)
+        peak = {"VmHWM": 0, "RssAnon": 0}
         done = threading.Event()
 
-        def watch():
-            while not done.wait(0.5):
-                peak["backend_kb"] = max(peak["backend_kb"], backend_peak_kb(pid) or 0)
+        def sample() -> None:
+            status = _status_kb(pid)
+            for key, value in peak.items():
+                peak[key] = max(value, status.get(key, 0))
+
+        def watch() -> None:
+            while not done.wait(0.2):
+                sample()
 
         watcher = threading.Thread(target=watch, daemon=True)
-        watcher.start()
+        if local:
+            watcher.start()
+        source = SyntheticSource(nodes=nodes, seed=seed, edges_per_node=edges_per_node)
         started = time.perf_counter()
-        summary = load_skb(conn, SyntheticSource(nodes=nodes, edges_per_node=edges_per_node), f"bench-{nodes}")
+        summary = load_skb(conn, source, name, if_exists="replace")
         seconds = time.perf_counter() - started
         done.set()
-        watcher.join()
-        peak["backend_kb"] = max(peak["backend_kb"], backend_peak_kb(pid) or 0)
-        drop_skb(conn, f"bench-{nodes}")
-    return {"nodes": summary.nodes, "edges": summary.edges, "queries": summary.queries, "seconds": round(seconds, 2),
-            "nodes_per_s": round(summary.nodes / seconds), "edges_per_s": round(summary.edges / seconds),
-            "node_stage_per_s": round(summary.nodes / summary.stage_seconds["nodes"]),
-            "edge_stage_per_s": round(summary.edges / summary.stage_seconds["edges"]),
-            "python_peak_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-            "backend_peak_mb": round(peak["backend_kb"] / 1024)}
+        if local:
+            watcher.join()
+            sample()
+        drop_skb(conn, name)
+    python_peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss        # kB on Linux
+
+    # the generator alone, no database: how much of the load's time is ours
+    started = time.perf_counter()
+    generated_nodes = sum(1 for _ in source.nodes())
+    node_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    generated_edges = sum(1 for _ in source.edges())
+    edge_seconds = time.perf_counter() - started
+
+    stages = summary.stage_seconds
+    return {
+        "nodes": summary.nodes, "edges": summary.edges, "queries": summary.queries,
+        "edges_per_node": edges_per_node, "seconds": round(seconds, 2),
+        "nodes_per_s": round(summary.nodes / seconds), "edges_per_s": round(summary.edges / seconds),
+        "node_stage_per_s": round(summary.nodes / stages["nodes"]) if stages.get("nodes") else None,
+        "edge_stage_per_s": round(summary.edges / stages["edges"]) if stages.get("edges") else None,
+        "query_stage_seconds": stages.get("queries"),
+        "generator_nodes_per_s": round(generated_nodes / node_seconds),
+        "generator_edges_per_s": round(generated_edges / edge_seconds),
+        "python_peak_rss_mb": round(python_peak_kb / 1024),
+        "backend_peak_rss_mb": round(peak["VmHWM"] / 1024) if local else None,
+        "backend_peak_private_mb": round(peak["RssAnon"] / 1024) if local else None,
+    }
+
+
+COLUMNS = (("nodes", "nodes", "{:,}"), ("edges", "edges", "{:,}"), ("seconds", "s", "{:.1f}"),
+           ("nodes_per_s", "nodes/s", "{:,}"), ("edges_per_s", "edges/s", "{:,}"),
+           ("node_stage_per_s", "node stage/s", "{:,}"), ("edge_stage_per_s", "edge stage/s", "{:,}"),
+           ("query_stage_seconds", "query stage s", "{:.1f}"),
+           ("generator_nodes_per_s", "gen nodes/s", "{:,}"), ("generator_edges_per_s", "gen edges/s", "{:,}"),
+           ("python_peak_rss_mb", "python peak MB", "{:,}"), ("backend_peak_rss_mb", "backend peak MB", "{:,}"),
+           ("backend_peak_private_mb", "backend private MB", "{:,}"))
+
+
+def table(rows: list[dict]) -> str:
+    cells = [[title for _, title, _ in COLUMNS]]
+    for row in rows:
+        cells.append([fmt.format(row[key]) if row.get(key) is not None else "-" for key, _, fmt in COLUMNS])
+    widths = [max(len(r[i]) for r in cells) for i in range(len(COLUMNS))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("sizes", nargs="*", type=int, default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("sizes", nargs="*", type=int, default=[10_000, 100_000, 1_000_000], help="node counts")
     parser.add_argument("--edges-per-node", type=float, default=20.0)
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
+    parser.add_argument("--home", default=os.environ.get("STARK_PG_HOME", DEFAULT_HOME),
+                        help=f"STARK_PG_HOME of the benchmark's embedded server (default: $STARK_PG_HOME, "
+                             f"else {DEFAULT_HOME})")
+    parser.add_argument("--dsn", help="use this server instead of the embedded one")
+    parser.add_argument("--keep-server", action="store_true", help="leave the embedded server running")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)   # the per-size subprocess
     args = parser.parse_args()
-    os.environ.setdefault("STARK_PG_HOME", "/tmp/stark-bench-home")
+
     if args.one:
-        print(json.dumps(run_one(args.one, args.edges_per_node)))
+        print(json.dumps(run_one(args.one, args.edges_per_node, args.seed, args.dsn)))
         return
+
+    env = dict(os.environ, STARK_PG_HOME=args.home)
+    env.pop("STARK_PG_DSN", None)
+    os.environ.update(STARK_PG_HOME=args.home)
+    sys.path.insert(0, str(ROOT))
+    from stark_pg.db import embedded
+
+    was_running = args.dsn is not None or embedded.running_pid() is not None
     rows = []
+    print(f"server: embedded, STARK_PG_HOME={args.home}" if not args.dsn else "server: --dsn", file=sys.stderr)
     for size in args.sizes:
-        done = subprocess.run([sys.executable, __file__, "--one", str(size), "--edges-per-node",
-                               str(args.edges_per_node)], capture_output=True, text=True, check=True)
+        command = [sys.executable, __file__, "--one", str(size), "--edges-per-node", str(args.edges_per_node),
+                   "--seed", str(args.seed)] + (["--dsn", args.dsn] if args.dsn else [])
+        done = subprocess.run(command, check=False, capture_output=True, text=True, env=env)
+        if done.returncode != 0:
+            sys.stderr.write(done.stderr)
+            raise SystemExit(f"size {size} failed (exit {done.returncode})")
         rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
-        if not args.json:
-            r = rows[-1]
-            print(f"{r['nodes']:>9,} nodes {r['edges']:>11,} edges {r['seconds']:>8.1f} s "
-                  f"{r['nodes_per_s']:>9,} nodes/s {r['edges_per_s']:>10,} edges/s (stages: "
-                  f"{r['node_stage_per_s']:,} nodes/s, {r['edge_stage_per_s']:,} edges/s) "
-                  f"python peak {r['python_peak_mb']:>5} MB  postgres backend peak {r['backend_peak_mb']:>5} MB",
-                  flush=True)
+        print(f"{size:,} nodes: {rows[-1]['seconds']} s", file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps(rows, indent=2))
+    else:
+        print(table(rows))
+        print("\npython: peak RSS of the loading process; backend: the PostgreSQL backend's peak RSS (VmHWM, "
+              "shared buffers it touched included) and peak private memory (RssAnon)")
+    if not was_running and not args.keep_server:
+        embedded.stop()
 
 
 if __name__ == "__main__":
