@@ -1,6 +1,8 @@
 -- BM25 in SQL: building the postings of one scope, and scoring queries against them.
 
--- The texts of one scope of one SKB: the whole rendered document, the name, or one field.
+-- The texts of one scope of one SKB: the whole rendered document ('*'), the name, the type
+-- ('gene/protein' reads as 'gene protein'), one relation ('relation:<relation>': the names of all
+-- the node's neighbours by that relation, as mFAR turns relations into fields), or one text field.
 create or replace function stark.scope_texts(skb int, target_scope text)
 returns table (node_id bigint, body text)
 language sql stable as $$
@@ -10,8 +12,19 @@ language sql stable as $$
     select n.node_id, n.name
     from stark.node n where target_scope = 'name' and n.skb_id = skb and n.name is not null
     union all
+    select n.node_id, translate(n.type, '/_', '  ')
+    from stark.node n where target_scope = 'type' and n.skb_id = skb
+    union all
+    select e.src, string_agg(coalesce(m.name, e.dst::text), ', ' order by m.name, e.dst)
+    from stark.edge e
+    left join stark.node m on m.skb_id = e.skb_id and m.node_id = e.dst
+    where target_scope like 'relation:%' and e.skb_id = skb and e.relation = substr(target_scope, 10)
+    group by e.src
+    union all
     select f.node_id, f.body
-    from stark.node_field f where target_scope not in ('*', 'name') and f.skb_id = skb and f.field = target_scope
+    from stark.node_field f
+    where target_scope not in ('*', 'name', 'type') and target_scope not like 'relation:%'
+      and f.skb_id = skb and f.field = target_scope
 $$;
 
 -- Bring one scope's postings up to date: re-tokenise documents that are new or whose text changed,

@@ -1,10 +1,19 @@
 -- Named statements for the lexical index and BM25 retrieval.
 
--- name: lexical_scopes(skb_id)
--- The scopes an SKB's lexical index covers: the whole document, the name, and each text field.
-select '*' as scope
-union all select 'name'
-union all (select distinct field from stark.node_field where skb_id = :skb_id order by field);
+-- name: lexical_scopes(skb_id, extra)
+-- The scopes an SKB's lexical index covers: the whole document, the name, each text field, plus
+-- mFAR's 'type' and 'relation:<relation>' scopes when asked for (`extra`) or indexed before, the
+-- latter as long as the SKB still has such a relation.
+with wanted as (
+    select '*' as scope
+    union select 'name'
+    union select distinct field from stark.node_field where skb_id = :skb_id
+    union select s from unnest(cast(:extra as text[])) s
+    union select scope from stark.lex_stats where skb_id = :skb_id and (scope = 'type' or starts_with(scope, 'relation:')))
+select w.scope from wanted w
+where not starts_with(w.scope, 'relation:')
+   or exists (select 1 from stark.edge e where e.skb_id = :skb_id and e.relation = substr(w.scope, 10))
+order by 1;
 
 -- name: refresh_scope(skb_id, scope)$
 select stark.lex_refresh(:skb_id, :scope);
@@ -27,3 +36,6 @@ order by score desc, node_id limit :k;
 
 -- name: drop_other_scope_terms(skb_id, scopes)!
 delete from stark.lex_term where skb_id = :skb_id and not (scope = any(:scopes));
+
+-- name: skb_relations(skb_id)
+select distinct relation from stark.edge where skb_id = :skb_id order by 1;

@@ -8,6 +8,7 @@ from stark_pg.cli import db as db_commands
 from stark_pg.cli import evaluate as evaluate_commands
 from stark_pg.cli import retrieval as retrieval_commands
 from stark_pg.cli import skb as skb_commands
+from stark_pg.cli import train as train_commands
 from stark_pg.cli.common import Context, fail
 
 app = typer.Typer(
@@ -35,6 +36,7 @@ def _global(ctx: typer.Context,
 skb_commands.register(app)
 retrieval_commands.register(app)
 evaluate_commands.register(app)
+train_commands.register(app)
 app.add_typer(db_commands.app, name="db")
 
 

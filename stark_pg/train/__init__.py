@@ -1,0 +1,1 @@
+"""Training: learning what retrieval methods weigh (mFAR's query-conditioned field weights)."""
