@@ -22,14 +22,14 @@ select count(*) from stark.llm_cache where provider = :provider and model = :mod
 -- name: run_llm_usage(skb_id, run_id)^
 -- LLM totals of an evaluation run, from the `llm` entry (a meter's as_dict()) of each query's trace.
 -- Queries without one (no LLM step, or a failed query whose trace was lost) count in `queries` only.
-select count(*)                                                               as queries,
-       count(*) filter (where trace ? 'llm')                                  as queries_with_llm,
-       coalesce(sum((trace -> 'llm' ->> 'calls')::bigint), 0)                 as calls,
-       coalesce(sum((trace -> 'llm' ->> 'cache_hits')::bigint), 0)            as cache_hits,
-       coalesce(sum((trace -> 'llm' ->> 'prompt_tokens')::bigint), 0)         as prompt_tokens,
-       coalesce(sum((trace -> 'llm' ->> 'completion_tokens')::bigint), 0)     as completion_tokens,
-       coalesce(sum((trace -> 'llm' ->> 'seconds')::float8), 0)               as seconds,
-       sum((trace -> 'llm' ->> 'cost_usd')::float8)                           as cost_usd
+select count(*)                                                                   as queries,
+       count(*) filter (where trace ? 'llm')                                      as queries_with_llm,
+       coalesce(sum((trace -> 'llm' ->> 'calls')::bigint), 0)::bigint             as calls,
+       coalesce(sum((trace -> 'llm' ->> 'cache_hits')::bigint), 0)::bigint        as cache_hits,
+       coalesce(sum((trace -> 'llm' ->> 'prompt_tokens')::bigint), 0)::bigint     as prompt_tokens,
+       coalesce(sum((trace -> 'llm' ->> 'completion_tokens')::bigint), 0)::bigint as completion_tokens,
+       coalesce(sum((trace -> 'llm' ->> 'seconds')::float8), 0)                   as seconds,
+       sum((trace -> 'llm' ->> 'cost_usd')::float8)                               as cost_usd
 from stark.eval_result
 where skb_id = :skb_id and run_id = :run_id;
 

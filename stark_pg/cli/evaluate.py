@@ -21,7 +21,7 @@ def evaluate(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="The SKB whose queries (or --queries file) to evaluate on."),
     method: str = typer.Option("bm25,vss,hybrid", "--method", "-m", help="Comma-separated methods: bm25, vss, "
-                                                                         "multivss, hybrid."),
+                                                                         "multivss, hybrid, vss+rerank."),
     split: str = typer.Option("val", "--split", help="Query split (train, val, test, human, ...; 'all' for every one)."),
     queries: Path = typer.Option(None, "--queries", help="Evaluate a CSV in the bundle format "
                                                           "(id,query,answer_ids[,split]) without loading it."),
@@ -81,9 +81,17 @@ def evaluate(
         table.add_column(m, justify="right")
     table.add_column("p50 ms", justify="right")
     table.add_column("p95 ms", justify="right")
+    with_llm = any("llm" in o.summary for o in outcomes)
+    if with_llm:
+        table.add_column("LLM s/q", justify="right")
+        table.add_column("LLM calls (cached)", justify="right")
     for o in outcomes:
-        table.add_row(o.method, str(o.run_id), *(f"{o.summary['metrics'][m]:.3f}" for m in SHOWN),
-                      f"{o.summary['latency_ms']['p50']:.1f}", f"{o.summary['latency_ms']['p95']:.1f}")
+        row = [o.method, str(o.run_id), *(f"{o.summary['metrics'][m]:.3f}" for m in SHOWN),
+               f"{o.summary['latency_ms']['p50']:.1f}", f"{o.summary['latency_ms']['p95']:.1f}"]
+        if with_llm:
+            llm = o.summary.get("llm")
+            row += [f"{llm['seconds_per_query']:.2f}", f"{llm['calls']} ({llm['cache_hits']})"] if llm else ["", ""]
+        table.add_row(*row)
     out.print(table)
     if report:
         out.print(f"report: {report}")

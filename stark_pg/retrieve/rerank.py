@@ -1,0 +1,127 @@
+"""The LLM reranker (STaRK's VSS+LLM reranker): an LLM scores each candidate's relevance in [0, 1].
+
+Shared by `vss+rerank` and `4stepfocus`. Each candidate's document (stark.render_document, cut to
+`doc_chars` characters) goes to the LLM with the query; the reply is a JSON object validated by
+pydantic (one repair request, stark_pg.llm). Candidates are then sorted by the LLM's score, ties
+kept in their incoming order. Two ways to ask:
+
+- per candidate (default): one short request per candidate, `{"score": s}` back. The query comes
+  first in the prompt, so a server with prompt caching (llama.cpp) reuses that prefix.
+- batch: all candidates numbered in one request, `{"scores": [s1, ..., sn]}` back. One call
+  instead of n, at the price of a long prompt (mind the model's context: n * doc_chars).
+
+A reply that stays invalid after the repair scores 0 for its candidate(s) and is listed under
+`invalid` in the trace; a call that fails (timeout, HTTP error, cache miss under cache=only)
+raises, so the evaluation records the query as failed.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import psycopg
+from pydantic import BaseModel, Field, create_model, field_validator, model_validator
+
+from stark_pg.llm import LLMClient, LLMInvalidOutput
+from stark_pg.resources import queries as sql
+from stark_pg.retrieve import Hit
+
+DOC_CHARS = 800
+SYSTEM = ("You rate documents from a knowledge base as answers to a search query. "
+          "You reply with JSON only.")
+
+Score = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class Relevance(BaseModel):
+    """One candidate's score. A bare number or a numeric string is accepted as the score."""
+
+    score: Score
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_number(cls, data):
+        if isinstance(data, (int, float, str)) and not isinstance(data, bool):
+            return {"score": data}
+        return data
+
+
+def batch_model(n: int) -> type[BaseModel]:
+    """`{"scores": [...]}` with exactly n scores in [0, 1]."""
+    model = create_model(f"Relevances{n}", scores=(Annotated[list[Score], Field(min_length=n, max_length=n)], ...))
+    return model
+
+
+def documents(conn: psycopg.Connection, skb: str, node_ids: list[int], doc_chars: int = DOC_CHARS,
+              with_relations: bool = False) -> dict[int, str]:
+    """Each node's document, cut to doc_chars characters (an ellipsis marks a cut)."""
+    rows = sql().rerank_documents(conn, skb=skb, node_ids=list(node_ids), with_relations=with_relations)
+    return {int(node_id): _clip(text or "", doc_chars) for node_id, text in rows}
+
+
+def rerank(conn: psycopg.Connection, skb: str, query: str, node_ids: list[int], client: LLMClient, *,
+           doc_chars: int = DOC_CHARS, batch: bool = False, with_relations: bool = False,
+           trace: dict | None = None) -> list[Hit]:
+    """`node_ids` sorted by the LLM's relevance score (the Hit's score), ties in their given order.
+
+    If `trace` is given, `trace["rerank"]` receives the prompt style, the per-candidate scores and
+    the candidates whose reply was invalid.
+    """
+    if doc_chars <= 0:
+        raise ValueError(f"doc_chars must be positive, not {doc_chars}")
+    node_ids = list(dict.fromkeys(int(n) for n in node_ids))
+    if not node_ids:
+        return []
+    docs = documents(conn, skb, node_ids, doc_chars, with_relations)
+    texts = [docs.get(n, f"(node {n} is not in {skb})") for n in node_ids]
+    invalid: list[int] = []
+    if batch:
+        scores = _score_batch(client, query, texts)
+        if scores is None:
+            scores, invalid = [0.0] * len(node_ids), list(node_ids)
+    else:
+        scores = []
+        for node_id, text in zip(node_ids, texts):
+            score = _score_one(client, query, text)
+            if score is None:
+                invalid.append(node_id)
+            scores.append(score or 0.0)
+    order = sorted(range(len(node_ids)), key=lambda i: (-scores[i], i))
+    if trace is not None:
+        trace["rerank"] = {"prompt": "batch" if batch else "per-candidate", "doc_chars": doc_chars,
+                           "with_relations": with_relations,
+                           "scores": [[node_ids[i], scores[i]] for i in range(len(node_ids))],
+                           "invalid": invalid}
+    return [Hit(node_ids[i], scores[i]) for i in order]
+
+
+def _score_one(client: LLMClient, query: str, document: str) -> float | None:
+    messages = [{"role": "system", "content": SYSTEM},
+                {"role": "user", "content": f"Query: {query}\n\nDocument:\n{document}\n\n"
+                                            "How well does this document answer the query? Score it from 0 "
+                                            "(unrelated) to 1 (exactly what the query asks for). Reply with "
+                                            'only {"score": <number>}.'}]
+    try:
+        value, _ = client.chat_json(messages, Relevance, max_tokens=24)
+    except LLMInvalidOutput:
+        return None
+    return float(value.score)
+
+
+def _score_batch(client: LLMClient, query: str, documents_: list[str]) -> list[float] | None:
+    n = len(documents_)
+    listing = "\n\n".join(f"[{i}]\n{text}" for i, text in enumerate(documents_, 1))
+    messages = [{"role": "system", "content": SYSTEM},
+                {"role": "user", "content": f"Query: {query}\n\nCandidate documents:\n\n{listing}\n\n"
+                                            f"Score each of the {n} candidates, in the order given, from 0 "
+                                            "(unrelated) to 1 (exactly what the query asks for). Reply with only "
+                                            f'{{"scores": [<{n} numbers>]}}.'}]
+    try:
+        value, _ = client.chat_json(messages, batch_model(n), max_tokens=16 + 8 * n)
+    except LLMInvalidOutput:
+        return None
+    return [float(s) for s in value.scores]
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit].rstrip() + " ..."

@@ -1,0 +1,49 @@
+"""VSS + LLM reranker (`vss+rerank`): VSS's top k_max reranked by an LLM, the rest of VSS below.
+
+The LLM step is stark_pg/retrieve/rerank.py; the LLM is chosen by `llm`, `base_url` and `cache`
+(None: STARK_PG_LLM, STARK_PG_LLM_BASE_URL, STARK_PG_LLM_CACHE). Reranked nodes score 1 + their
+LLM score, the rest keep their cosine similarity (at most 1), so scores fall as ranks rise.
+The trace holds VSS's trace, each candidate's LLM score (`rerank.scores`, [node_id, score] in VSS
+order) and the LLM meter (`llm`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import psycopg
+
+from stark_pg.llm import client_from_options
+from stark_pg.retrieve import Hit, Ranking, vss
+from stark_pg.retrieve.rerank import DOC_CHARS, rerank
+
+
+@dataclass
+class Options:
+    k_max: int = 20               # VSS candidates the LLM reranks
+    model: str | None = None      # embedding model of the VSS step (default all-MiniLM-L6-v2)
+    doc_chars: int = DOC_CHARS    # characters of each candidate's document shown to the LLM
+    llm: str | None = None        # PROVIDER:MODEL, e.g. openai:gpt-4o-mini (None: STARK_PG_LLM)
+    base_url: str | None = None   # OpenAI/Anthropic-compatible server (None: STARK_PG_LLM_BASE_URL)
+    cache: str | None = None      # use | only | refresh (None: STARK_PG_LLM_CACHE, else use)
+    batch: bool = False           # all k_max candidates in one prompt instead of one request each
+    relations: bool = False       # documents include their relations (neighbour names)
+
+
+def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
+    options = options or Options()
+    if options.k_max <= 0:
+        raise ValueError(f"vss+rerank k_max must be positive, not {options.k_max}")
+    client = client_from_options(conn, llm=options.llm, base_url=options.base_url, cache=options.cache)
+    first = vss.search(conn, skb, query, max(k, options.k_max), vss.Options(model=options.model))
+    head, rest = first.hits[:options.k_max], first.hits[options.k_max:]
+    trace = {"method": "vss+rerank", "vss": first.trace, "k_max": options.k_max}
+    started = time.perf_counter()
+    with client.metered() as meter:
+        reranked = rerank(conn, skb, query, [h.node_id for h in head], client, doc_chars=options.doc_chars,
+                          batch=options.batch, with_relations=options.relations, trace=trace)
+    trace["rerank_ms"] = round((time.perf_counter() - started) * 1000, 3)
+    trace["llm"] = meter.as_dict()
+    hits = [Hit(h.node_id, 1.0 + h.score) for h in reranked] + rest
+    return Ranking(hits[:k], trace)
