@@ -76,7 +76,7 @@ def substitute(graph: Graph, variables: dict[str, str | None], triplets: list[di
 # Algorithm 3: link each constant to nodes, drop what cannot be used.
 
 def normalize(name: str) -> str:
-    return re.sub(r"[^0-9a-z]+", " ", name.lower()).strip()
+    return re.sub(r"[\W_]+", " ", name.lower()).strip()
 
 
 def link(graph: Graph, constant: str, node_type: str | None, *, ratio: float) -> tuple[int, ...]:

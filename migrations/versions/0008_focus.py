@@ -25,4 +25,6 @@ def downgrade() -> None:
             "stark.focus_revise_sql(int, stark.focus_domain, stark.focus_domain, text, text), "
             "stark.focus_domain_source(int, stark.focus_domain, int, int, text), "
             "stark.focus_name_candidates(text, text, int), stark.focus_normalize(text)")
+    execute("drop index if exists stark.node_compact_name_idx")
+    execute("drop function if exists stark.focus_compact(text)")
     execute("drop type if exists stark.focus_domain")

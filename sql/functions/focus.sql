@@ -17,17 +17,32 @@ $$;
 comment on function stark.focus_normalize(text) is
     '4StepFocus: a name for exact linking (lower case, runs of non-alphanumerics -> one space, trimmed).';
 
--- The nodes a constant of a triplet may link to: those whose lower-cased name equals the constant,
--- plus the `pool` best BM25 matches over the name field (the lexical index's `name` scope; without
--- it only the exact names are found). `exact` says whether the normalised names are equal. Python
--- scores these few by string and embedding similarity (stark_pg/retrieve/focus/link.py).
+-- Names with every non-alphanumeric character removed ("SMAD-3", "smad 3" and "SMAD3" agree), indexed,
+-- so names that differ only in spacing or punctuation reach the linker's shortlist.
+create or replace function stark.focus_compact(name text)
+returns text
+language sql immutable strict parallel safe as $$
+    select regexp_replace(lower(name), '[^[:alnum:]]+', '', 'g')
+$$;
+comment on function stark.focus_compact(text) is
+    '4StepFocus: a name without spaces or punctuation, lower case (the key of node_compact_name_idx).';
+create index if not exists node_compact_name_idx on stark.node (skb_id, stark.focus_compact(name));
+
+-- The nodes a constant of a triplet may link to: those whose name equals the constant but for case,
+-- spaces, punctuation and up to two trailing characters (plurals: "ORMDL3s"), plus the `pool` best BM25 matches over the name field (the lexical index's
+-- `name` scope; without it only the former are found). `exact` says whether the normalised names
+-- (stark.focus_normalize) are equal. Python scores these few by string and embedding similarity
+-- (stark_pg/retrieve/focus/link.py).
 create or replace function stark.focus_name_candidates(skb_name text, constant text, pool int default 20)
 returns table (node_id bigint, type text, name text, exact boolean, bm25 double precision)
 language sql stable as $$
     with skb as (select stark.skb_id(skb_name) as id),
     lexical as (select b.node_id, b.score from stark.bm25(skb_name, constant, pool, 'name') b),
     same_name as (select n.node_id from stark.node n, skb
-                  where n.skb_id = skb.id and lower(n.name) = lower(constant)),
+                  where n.skb_id = skb.id
+                    and stark.focus_compact(n.name) = any (array[stark.focus_compact(constant),
+                                                                 left(stark.focus_compact(constant), -1),
+                                                                 left(stark.focus_compact(constant), -2)])),
     found as (select l.node_id from lexical l union select s.node_id from same_name s)
     select n.node_id, n.type, n.name, stark.focus_normalize(n.name) = stark.focus_normalize(constant),
            l.score
@@ -38,7 +53,7 @@ language sql stable as $$
     order by 4 desc, l.score desc nulls last, n.node_id
 $$;
 comment on function stark.focus_name_candidates(text, text, int) is
-    '4StepFocus linking: nodes named like `constant` (same lower-cased name, or among the best BM25 name matches).';
+    '4StepFocus linking: nodes named like `constant` (same name but for case, spaces and punctuation, or among the best BM25 name matches).';
 
 -- ---------------------------------------------------------------------------------------------
 -- Substitution (Algorithm 2). A problem is JSON:

@@ -30,12 +30,14 @@ where e.skb_id = :skb_id and e.relation = any(:relations) and h.name is not null
   and h.type <> t.type
 order by e.relation, e.src, e.dst;
 
--- name: focus_second_hop(skb_id, node_id, exclude_type)
--- An edge onward from a node to a node of another type: the second hop of a two-hop example.
+-- name: focus_second_hop(skb_id, node_id, exclude_type, exclude_node)
+-- An edge onward from a node to a node of another type (not the one we came from): the second hop
+-- of a two-hop example.
 select e.relation, t.name, t.type
 from stark.edge e
 join stark.node t on t.skb_id = e.skb_id and t.node_id = e.dst
 where e.skb_id = :skb_id and e.src = :node_id and t.name is not null and t.type <> :exclude_type
+  and e.dst <> :exclude_node
 order by e.relation, e.dst
 limit 1;
 

@@ -63,8 +63,8 @@ class Prepared:
 
 
 def normalize(name: str) -> str:
-    """Python's twin of stark.focus_normalize (ASCII letters and digits; the rest become spaces)."""
-    return re.sub(r"[^0-9a-z]+", " ", name.lower()).strip()
+    """Python's twin of stark.focus_normalize: runs of characters other than letters and digits become one space."""
+    return re.sub(r"[\W_]+", " ", name.lower()).strip()
 
 
 def link_constant(conn: psycopg.Connection, skb: str, constant: str, node_type: str | None,

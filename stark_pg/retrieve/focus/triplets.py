@@ -139,34 +139,46 @@ def _examples(conn: psycopg.Connection, skb_id: int, relations) -> list[tuple[st
     out: list[tuple[str, dict]] = []
     if ordered:
         rel, head, head_type, tail, tail_type, _, _ = ordered[0]
-        out.append((f"Which {head_type} has the relation {rel} with the {tail_type} {tail}?",
+        out.append((f"Which {head_type} is linked to the {tail_type} {tail} by the relation '{rel}'?",
                     {"target": "?x1", "triplets": [{"head": "?x1", "head_type": head_type, "relation": rel,
                                                     "tail": tail, "tail_type": tail_type}]}))
-    if len(ordered) > 1:
-        rel, head, head_type, tail, tail_type, _, dst = ordered[1]
-        hop = sql().focus_second_hop(conn, skb_id=skb_id, node_id=dst, exclude_type=head_type)
-        hop = list(hop)
+    for row in ordered[1:]:                   # the first edge that has a second hop onwards
+        rel, head, head_type, tail, tail_type, src, dst = row
+        hop = list(sql().focus_second_hop(conn, skb_id=skb_id, node_id=dst, exclude_type=tail_type,
+                                          exclude_node=src))
         if hop:
             rel2, name2, type2 = hop[0]
-            out.append((f"Find a {head_type} linked by {rel} to some {tail_type} that has the relation {rel2} "
-                        f"with {name2}.",
+            out.append((f"Find a {head_type} linked by '{rel}' to some {tail_type} that is linked to {name2} "
+                        f"by '{rel2}'.",
                         {"target": "?x1", "triplets": [
                             {"head": "?x1", "head_type": head_type, "relation": rel, "tail": "?x2",
                              "tail_type": tail_type},
                             {"head": "?x2", "head_type": tail_type, "relation": rel2, "tail": name2,
                              "tail_type": type2}]}))
+            break
     if len(ordered) > 2:
         rel, head, head_type, tail, tail_type, _, _ = ordered[2]
-        out.append((f"I am looking for a well-studied {tail_type}, described in recent work, that {head} "
-                    f"({head_type}) has the relation {rel} with.",
+        out.append((f"I am looking for a well-studied {tail_type}, described in recent work, to which the "
+                    f"{head_type} {head} is linked by '{rel}'.",
                     {"target": "?x1", "triplets": [{"head": head, "head_type": head_type, "relation": rel,
                                                     "tail": "?x1", "tail_type": tail_type}]}))
     return out
 
 
+def _pairs(relations):
+    """Relations for the prompt: a relation stored both ways between two types is listed once, with <->."""
+    kinds = set(relations)
+    seen = set()
+    for r, h, t in relations:
+        if (r, t, h) in seen:
+            continue
+        seen.add((r, h, t))
+        yield r, h, "<->" if h != t and (r, t, h) in kinds else "->", t
+
+
 def messages(query: str, skb_schema: Schema, n_examples: int = 3) -> list[dict]:
     """The chat messages asking for the triplets of `query`."""
-    relations = "\n".join(f"- {r} ({h} -> {t})" for r, h, t in skb_schema.relations)
+    relations = "\n".join(f"- {r} ({h} {arrow} {t})" for r, h, arrow, t in _pairs(skb_schema.relations))
     examples = "\n\n".join(f"Question: {q}\nJSON: {json.dumps(a)}" for q, a in skb_schema.examples[:n_examples])
     text = (
         f"Node types: {', '.join(skb_schema.node_types)}\n"
