@@ -62,12 +62,16 @@ def search(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="The SKB to search."),
     query: str = typer.Argument(..., help="The question, in natural language."),
-    method: str = typer.Option("hybrid", "--method", "-m", help="bm25 | vss | multivss | hybrid."),
+    method: str = typer.Option("hybrid", "--method", "-m", help="bm25 | vss | multivss | hybrid | mfar | vss+rerank | "
+                                                                 "4stepfocus."),
     k: int = typer.Option(10, "-k", help="Number of results."),
     option: list[str] = typer.Option(None, "--option", "-o", help="A method setting KEY=VALUE, repeatable; e.g. "
                                                                   "-o field=description (bm25), -o exact=true (vss), "
                                                                   "-o fusion=weighted -o weight=0.7 (hybrid)."),
     json_: bool = typer.Option(False, "--json", help="Results and trace as JSON."),
+    explain: bool = typer.Option(False, "--explain", help="Also show how the method got there, step by step "
+                                                          "(e.g. 4stepfocus: triplets, links, candidate counts, "
+                                                          "the SQL); with --json as the key \"explain\"."),
 ) -> None:
     """Rank the nodes of an SKB for a query: id, type, name and score of each result."""
     from stark_pg.options import OptionError, describe, parse_options
@@ -87,7 +91,10 @@ def search(
     results = [{"rank": i, "node_id": h.node_id, "type": about[h.node_id][0], "name": about[h.node_id][1],
                 "score": h.score} for i, h in enumerate(ranking.hits, start=1)]
     if json_:
-        print_json({"skb": name, "query": query, "method": method, "results": results, "trace": ranking.trace})
+        document = {"skb": name, "query": query, "method": method, "results": results, "trace": ranking.trace}
+        if explain:
+            document["explain"] = ranking.trace.get("explain")
+        print_json(document)
         return
     table = Table(title=f"{method} on {name}: {query}", title_justify="left")
     for column, justify in (("#", "right"), ("node id", "right"), ("type", "left"), ("name", "left"),
@@ -96,3 +103,28 @@ def search(
     for r in results:
         table.add_row(str(r["rank"]), str(r["node_id"]), r["type"], r["name"] or "", f"{r['score']:.4f}")
     out.print(table)
+    if explain:
+        print_explanation(method, ranking.trace)
+
+
+def print_explanation(method: str, trace: dict) -> None:
+    """A trace's `explain` entry as text: a string as it is, a mapping as headed sections (each a string
+    or a list of lines), anything else as JSON. Methods without one get their whole trace as JSON."""
+    import json
+
+    explanation = trace.get("explain")
+    if explanation is None:
+        out.print(f"\n{method} gives no step-by-step explanation; its trace:", highlight=False)
+        out.print(json.dumps(trace, indent=2, default=str), highlight=False, markup=False)
+        return
+    if isinstance(explanation, str):
+        out.print("\n" + explanation, highlight=False, markup=False)
+        return
+    if not isinstance(explanation, dict):
+        out.print(json.dumps(explanation, indent=2, default=str), highlight=False, markup=False)
+        return
+    for title, body in explanation.items():
+        out.print(f"\n[bold]{title}[/bold]", highlight=False)
+        lines = body if isinstance(body, list) else [body if isinstance(body, str) else json.dumps(body, default=str)]
+        for line in lines:
+            out.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)

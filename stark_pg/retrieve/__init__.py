@@ -36,6 +36,7 @@ METHODS = {
     "multivss": "stark_pg.retrieve.multivss",
     "hybrid": "stark_pg.retrieve.hybrid",
     "vss+rerank": "stark_pg.retrieve.vss_rerank",
+    "4stepfocus": "stark_pg.retrieve.focus",
 }
 
 
