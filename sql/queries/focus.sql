@@ -59,13 +59,15 @@ from stark.focus_rank(:skb, :embedding, cast(:candidates as bigint[]), cast(:can
 -- name: focus_run_summary(run_id)
 -- 4StepFocus figures of an evaluation run from its traces: the share of queries whose triplets linked
 -- (at least one triplet left for substitution), the median candidate-set size over those, the
--- median and mean LLM seconds per query, and the LLM calls made (0 when replayed from the cache).
+-- median and mean LLM seconds per query, the LLM requests sent (0 when replayed from the cache) and
+-- those answered from the cache.
 select count(*) as queries,
        avg(case when (trace ->> 'linked')::boolean then 1.0 else 0.0 end) as linked_share,
        percentile_cont(0.5) within group (order by (trace ->> 'candidate_count')::float)
            filter (where (trace ->> 'linked')::boolean) as median_candidates,
        percentile_cont(0.5) within group (order by (trace -> 'llm' ->> 'seconds')::float) as median_llm_seconds,
        avg((trace -> 'llm' ->> 'seconds')::float) as mean_llm_seconds,
-       sum((trace -> 'llm' ->> 'calls')::int - coalesce((trace -> 'llm' ->> 'cache_hits')::int, 0)) as llm_network_calls,
+       sum((trace -> 'llm' ->> 'calls')::int) as llm_network_calls,
+       sum((trace -> 'llm' ->> 'cache_hits')::int) as llm_cache_hits,
        count(*) filter (where error is not null) as failed
 from stark.eval_result where run_id = :run_id;
