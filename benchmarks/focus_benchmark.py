@@ -1,0 +1,107 @@
+"""Latency of 4StepFocus's substitution SQL (stark.focus_substitute) over many generated triplet sets.
+
+Triplet sets are shaped like an LLM's for a STaRK question: a walk of 1-4 hops from a random answer
+node, each hop either a named entity (a constant: the real neighbour) or a new unknown of the
+neighbour's type; now and then a second constant on the answer. Each set runs with relations
+ignored (the paper's setting) and respected. Prints p50 / p95 / max milliseconds (client wall time
+of the statement), rounds and target-set sizes.
+
+    python benchmarks/focus_benchmark.py stark-prime-ibd
+    stark-pg load synthetic --nodes 130000 --edges-per-node 62 && python benchmarks/focus_benchmark.py synthetic-130000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import time
+
+import numpy as np
+
+from stark_pg.db import connect
+from stark_pg.retrieve.focus.substitute import Problem, Triplet, substitute
+from stark_pg.skb.catalog import require_skb
+
+
+def neighbours(conn, skb_id: int, node: int) -> list[tuple[str, int, str]]:
+    return conn.execute("select e.relation, e.dst, n.type from stark.edge e "
+                        "join stark.node n on n.skb_id = e.skb_id and n.node_id = e.dst "
+                        "where e.skb_id = %s and e.src = %s", (skb_id, node)).fetchall()
+
+
+def generate(conn, skb_id: int, start: int, start_type: str, rng: random.Random) -> Problem:
+    variables = {"x1": start_type}
+    triplets: list[Triplet] = []
+    current, var = start, "x1"
+    for _ in range(rng.randint(1, 4)):
+        hops = neighbours(conn, skb_id, current)
+        if not hops:
+            break
+        relation, other, other_type = rng.choice(hops)
+        if rng.random() < 0.5 or len(variables) >= 3:
+            triplets.append(Triplet(var, relation, (other,)))
+            if rng.random() < 0.3:                       # a second constant on the answer
+                relation2, other2, _ = rng.choice(neighbours(conn, skb_id, start))
+                triplets.append(Triplet("x1", relation2, (other2,)))
+            break
+        name = f"x{len(variables) + 1}"
+        variables[name] = other_type
+        triplets.append(Triplet(var, relation, name))
+        var, current = name, other
+    if not any(not isinstance(t.tail, str) for t in triplets):   # every LLM set names at least one entity
+        hops = neighbours(conn, skb_id, current)
+        if hops:
+            relation, other, _ = rng.choice(hops)
+            triplets.append(Triplet(var, relation, (other,)))
+    return Problem(variables, tuple(triplets))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("skb")
+    parser.add_argument("--count", type=int, default=200, help="triplet sets (each run twice)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--directed", action="store_true", help="edges head -> tail only (the same sets when "
+                                                                    "every edge is stored both ways, as in PrimeKG)")
+    parser.add_argument("--show-slowest", type=int, default=0, help="print the slowest sets' problems")
+    parser.add_argument("--dsn", default=None, help="default: STARK_PG_DSN or the embedded server")
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    with connect(args.dsn) as conn:
+        skb_id = require_skb(conn, args.skb)
+        nodes, edges = conn.execute("select (select count(*) from stark.node where skb_id = %s), "
+                                    "(select count(*) from stark.edge where skb_id = %s)", (skb_id, skb_id)).fetchone()
+        starts = conn.execute("select node_id, type from stark.node where skb_id = %s order by random() limit %s",
+                              (skb_id, args.count * 2)).fetchall()
+        problems = []
+        for node, node_type in starts:
+            p = generate(conn, skb_id, node, node_type, rng)
+            if p.triplets:
+                problems.append(p)
+            if len(problems) == args.count:
+                break
+        substitute(conn, args.skb, problems[0])                         # warm caches and plans
+        print(f"{args.skb}: {nodes:,} nodes, {edges:,} edges; {len(problems)} triplet sets, "
+              f"edges {'head -> tail' if args.directed else 'either way'} "
+              f"({statistics.mean(len(p.triplets) for p in problems):.1f} triplets, "
+              f"{statistics.mean(len(p.variables) for p in problems):.1f} variables on average)")
+        for respect in (False, True):
+            times, rounds, sizes = [], [], []
+            for p in problems:
+                started = time.perf_counter()
+                result = substitute(conn, args.skb, p, respect_relations=respect, directed=args.directed)
+                times.append((time.perf_counter() - started) * 1000)
+                rounds.append(result.rounds)
+                sizes.append(result.sets["x1"].size)
+            t = np.array(times)
+            for i in np.argsort(-t)[:args.show_slowest]:
+                print(f"    {t[i]:.1f} ms, rounds {rounds[i]}, target {sizes[i]}: {json.dumps(problems[i].as_json())}")
+            print(f"  relations {'respected' if respect else 'ignored '}: p50 {np.percentile(t, 50):7.2f} ms  "
+                  f"p95 {np.percentile(t, 95):7.2f} ms  max {t.max():8.2f} ms  | rounds mean {np.mean(rounds):.1f} "
+                  f"max {max(rounds)} | target set median {int(np.median(sizes))}, p95 {int(np.percentile(sizes, 95))}")
+
+
+if __name__ == "__main__":
+    main()
