@@ -21,13 +21,16 @@ def evaluate(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="The SKB whose queries (or --queries file) to evaluate on."),
     method: str = typer.Option("bm25,vss,hybrid", "--method", "-m", help="Comma-separated methods: bm25, vss, "
-                                                                         "multivss, hybrid, vss+rerank."),
+                                                                         "multivss, hybrid, mfar, vss+rerank."),
     split: str = typer.Option("val", "--split", help="Query split (train, val, test, human, ...; 'all' for every one)."),
     queries: Path = typer.Option(None, "--queries", help="Evaluate a CSV in the bundle format "
                                                           "(id,query,answer_ids[,split]) without loading it."),
     limit: int = typer.Option(None, "--limit", help="Only the first N queries (by id)."),
     option: list[str] = typer.Option(None, "--option", "-o", help="Method setting KEY=VALUE (every method that has "
                                                                   "KEY) or METHOD.KEY=VALUE; repeatable."),
+    mask: list[str] = typer.Option(None, "--mask", help="mfar: zero the weight of a field, or of one scorer of it "
+                                                        "(FIELD or FIELD:lexical|dense), repeatable; the same as "
+                                                        "-o mfar.mask=FIELD,... (`stark-pg masking` makes the table)."),
     depth: int = typer.Option(1000, "--depth", help="Ranking depth asked of each method: answers ranked deeper count "
                                                     "as not retrieved (their MRR share would be under 1/depth)."),
     stored_k: int = typer.Option(100, "--stored-k", help="Ranked ids (and scores) stored per query."),
@@ -51,7 +54,7 @@ def evaluate(
 
     methods = [m.strip() for m in method.split(",") if m.strip()]
     try:
-        settings = method_options(methods, option)
+        settings = method_options(methods, list(option or []) + ([f"mfar.mask={','.join(mask)}"] if mask else []))
     except (UnknownMethod, OptionError) as exc:
         fail(str(exc))
     progress = reporter(quiet or json_)

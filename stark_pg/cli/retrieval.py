@@ -22,7 +22,10 @@ def index(
     model: str = typer.Option(None, "--model", help="sentence-transformers model name or path "
                                                     "(default all-MiniLM-L6-v2, offline from its PyPI package)."),
     multi_vector: bool = typer.Option(True, "--multi-vector/--no-multi-vector",
-                                      help="Also embed fields and relation chunks (for multivss)."),
+                                      help="Also embed fields and relation chunks (for multivss and mfar)."),
+    relation_fields: bool = typer.Option(False, "--relation-fields",
+                                         help="Also BM25-index the type and, per relation, the neighbours' names "
+                                              "(mFAR's fields; kept up to date by later builds)."),
     json_: bool = typer.Option(False, "--json", help="Print what was (re)built as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -35,9 +38,10 @@ def index(
     report: dict = {}
     with state(ctx).connect() as conn:
         if lexical:
-            from stark_pg.index.lexical import build_lexical
+            from stark_pg.index.lexical import build_lexical, relation_scopes
 
-            report["lexical"] = build_lexical(conn, name, progress=progress)
+            extra = relation_scopes(conn, name) if relation_fields else None
+            report["lexical"] = build_lexical(conn, name, progress=progress, extra_scopes=extra)
         if dense:
             from stark_pg.index.dense import build_dense
 
@@ -72,6 +76,9 @@ def search(
     explain: bool = typer.Option(False, "--explain", help="Also show how the method got there, step by step "
                                                           "(e.g. 4stepfocus: triplets, links, candidate counts, "
                                                           "the SQL); with --json as the key \"explain\"."),
+    mask: list[str] = typer.Option(None, "--mask", help="mfar: zero the weight of a field, or of one scorer of it "
+                                                        "(FIELD or FIELD:lexical|dense), repeatable; the same as "
+                                                        "-o mask=FIELD,..."),
 ) -> None:
     """Rank the nodes of an SKB for a query: id, type, name and score of each result."""
     from stark_pg.options import OptionError, describe, parse_options
@@ -81,7 +88,9 @@ def search(
 
     try:
         module = get_method(method)
-        options = parse_options(module.Options, option)
+        options = parse_options(module.Options, list(option or []) + ([f"mask={','.join(mask)}"] if mask else []))
+        if explain and hasattr(options, "explain"):
+            options.explain = True      # methods whose explanation costs extra work compute it only when asked
     except (UnknownMethod, OptionError) as exc:
         fail(str(exc) + (f"\n{method} settings: {describe(module.Options)}" if isinstance(exc, OptionError) else ""))
     with state(ctx).connect() as conn:

@@ -35,7 +35,10 @@ def mfar(
     stop_split: str = typer.Option("val", "--early-stop-split", help="Queries the best epoch is chosen on."),
     pool: int = typer.Option(100, "--pool", help="Shortlist per (field, scorer), as at search time."),
     negatives: int = typer.Option(32, "--negatives", help="Random nodes added to each training query's candidates."),
-    lr: float = typer.Option(0.01, "--lr", help="Adam's learning rate."),
+    lr: float = typer.Option(0.01, "--lr", help="AdamW's learning rate."),
+    temperature: float = typer.Option(0.5, "--temperature", help="Of the contrastive loss, over standardised scores "
+                                                                 "(the paper's 0.05 is for raw scores)."),
+    weight_decay: float = typer.Option(0.1, "--weight-decay", help="AdamW's weight decay on the gate."),
     seed: int = typer.Option(0, "--seed"),
     limit: int = typer.Option(None, "--limit", help="Only the first N queries of each split (a quick run)."),
     finetune_encoder: bool = typer.Option(False, "--finetune-encoder",
@@ -50,7 +53,7 @@ def mfar(
 
     Needs the SKB indexed with per-field BM25 and vectors: `stark-pg index NAME --relation-fields`.
     Scores of every training query's candidates are computed once in PostgreSQL; torch then learns the
-    weights with mFAR's contrastive loss (temperature 0.05), keeping the epoch with the best MRR on the
+    weights with mFAR's contrastive loss, keeping the epoch with the best MRR on the
     early-stopping split. Search with `stark-pg search NAME "..." --method mfar [-o name=VARIANT] --explain`.
     """
     from stark_pg.train.mfar import TrainSettings, train_mfar
@@ -59,7 +62,8 @@ def mfar(
         fail("--finetune-encoder is not available yet: mFAR trains its weights over a frozen encoder")
     settings = TrainSettings(variant=variant, name=model_name, embed_model=embed_model, exclude=tuple(exclude or ()),
                              epochs=epochs, patience=patience, batch_norm=batch_norm, train_split=train_split,
-                             early_stop_split=stop_split, pool=pool, negatives=negatives, lr=lr, seed=seed,
+                             early_stop_split=stop_split, pool=pool, negatives=negatives, lr=lr, temperature=temperature,
+                             weight_decay=weight_decay, seed=seed,
                              limit=limit)
     with state(ctx).connect() as conn:
         try:

@@ -35,6 +35,7 @@ METHODS = {
     "vss": "stark_pg.retrieve.vss",
     "multivss": "stark_pg.retrieve.multivss",
     "hybrid": "stark_pg.retrieve.hybrid",
+    "mfar": "stark_pg.retrieve.mfar",
     "vss+rerank": "stark_pg.retrieve.vss_rerank",
     "4stepfocus": "stark_pg.retrieve.focus",
 }
