@@ -41,9 +41,6 @@ def mfar(
     weight_decay: float = typer.Option(0.1, "--weight-decay", help="AdamW's weight decay on the gate."),
     seed: int = typer.Option(0, "--seed"),
     limit: int = typer.Option(None, "--limit", help="Only the first N queries of each split (a quick run)."),
-    finetune_encoder: bool = typer.Option(False, "--finetune-encoder",
-                                          help="Also fine-tune the query encoder (not available yet: the encoder "
-                                               "stays frozen, as by default)."),
     embed_model: str = typer.Option(None, "--model", help="Embedding model of the dense fields (default "
                                                           "all-MiniLM-L6-v2, as `stark-pg index` uses)."),
     json_: bool = typer.Option(False, "--json", help="The stored model's pairs, metrics and history as JSON."),
@@ -58,8 +55,6 @@ def mfar(
     """
     from stark_pg.train.mfar import TrainSettings, train_mfar
 
-    if finetune_encoder:
-        fail("--finetune-encoder is not available yet: mFAR trains its weights over a frozen encoder")
     settings = TrainSettings(variant=variant, name=model_name, embed_model=embed_model, exclude=tuple(exclude or ()),
                              epochs=epochs, patience=patience, batch_norm=batch_norm, train_split=train_split,
                              early_stop_split=stop_split, pool=pool, negatives=negatives, lr=lr, temperature=temperature,
