@@ -31,6 +31,12 @@ def load_model(model: str | None = None):
 
 @lru_cache(maxsize=4)
 def _load(name: str):
+    return fresh_model(name)
+
+
+def fresh_model(name: str | None = None):
+    """A new SentenceTransformer instance, not the shared cached one (for training, which changes its weights)."""
+    name = canonical_name(name)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")

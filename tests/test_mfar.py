@@ -274,3 +274,25 @@ def test_cli_trains_searches_explains_and_prints_the_masking_table(cli, tmp_path
     assert table["rows"][1]["metrics"]["mrr"] == 0.0        # nothing left to score with
     bad = cli("train", "mfar", "pharma", "--variant", "most", expect=1)
     assert "unknown mFAR variant" in bad.stderr
+
+
+def test_finetuning_the_query_encoder_saves_it_and_search_uses_it(pharma_url, tmp_path, monkeypatch):
+    from stark_pg.db import connect
+    from stark_pg.retrieve.mfar import query_encoder
+
+    monkeypatch.setenv("STARK_PG_HOME", str(tmp_path))
+    with connect(pharma_url) as conn:
+        report = train_mfar(conn, "pharma", TrainSettings(variant="1+n", name="tuned", epochs=3, negatives=8,
+                                                          finetune_encoder=True, encoder_epochs=1))
+        model = report.model
+        path = model.settings["query_encoder"]
+        assert path.startswith(str(tmp_path)) and (tmp_path / "models" / "mfar" / "pharma" / "tuned").is_dir()
+        assert [h.get("stage") for h in model.history][-2:] == ["encoder", "encoder"]
+        assert all(h["loss"] is None or np.isfinite(h["loss"]) for h in model.history)
+        stored = load_model(conn, conn.execute("select stark.skb_id('pharma')").fetchone()[0], "pharma", "tuned")
+        assert query_encoder(stored) == path
+        query = "Which drugs target GENE4?"
+        base, tuned = embed.encode_query(query), embed.encode_query(query, path)
+        assert tuned.shape == base.shape and not np.allclose(tuned, base)      # one epoch moved the encoder
+        ranking = mfar.search(conn, "pharma", query, 5, mfar.Options(name="tuned"))
+        assert len(ranking.hits) == 5

@@ -102,3 +102,10 @@ select count(*) from {doc} where skb_id = %(skb_id)s;
 
 -- name: count_chunk_nodes
 select count(distinct node_id) from {chunk} where skb_id = %(skb_id)s;
+
+-- name: chunk_vectors_of_nodes
+-- Every chunk vector of some nodes, with its kind (mFAR's query-encoder fine-tuning scores them in torch).
+select node_id, kind, vec from {chunk} where skb_id = %(skb_id)s and node_id = any(%(node_ids)s::bigint[]);
+
+-- name: doc_vectors_of_nodes
+select node_id, vec from {doc} where skb_id = %(skb_id)s and node_id = any(%(node_ids)s::bigint[]);

@@ -41,6 +41,10 @@ def mfar(
     weight_decay: float = typer.Option(0.1, "--weight-decay", help="AdamW's weight decay on the gate."),
     seed: int = typer.Option(0, "--seed"),
     limit: int = typer.Option(None, "--limit", help="Only the first N queries of each split (a quick run)."),
+    finetune_encoder: bool = typer.Option(False, "--finetune-encoder",
+                                          help="Then fine-tune the query encoder with the gate (documents stay as "
+                                               "indexed); saved under STARK_PG_HOME/models/mfar/. Slow on a CPU."),
+    encoder_epochs: int = typer.Option(2, "--encoder-epochs", help="Epochs of encoder fine-tuning."),
     embed_model: str = typer.Option(None, "--model", help="Embedding model of the dense fields (default "
                                                           "all-MiniLM-L6-v2, as `stark-pg index` uses)."),
     json_: bool = typer.Option(False, "--json", help="The stored model's pairs, metrics and history as JSON."),
@@ -58,8 +62,8 @@ def mfar(
     settings = TrainSettings(variant=variant, name=model_name, embed_model=embed_model, exclude=tuple(exclude or ()),
                              epochs=epochs, patience=patience, batch_norm=batch_norm, train_split=train_split,
                              early_stop_split=stop_split, pool=pool, negatives=negatives, lr=lr, temperature=temperature,
-                             weight_decay=weight_decay, seed=seed,
-                             limit=limit)
+                             weight_decay=weight_decay, seed=seed, limit=limit,
+                             finetune_encoder=finetune_encoder, encoder_epochs=encoder_epochs)
     with state(ctx).connect() as conn:
         try:
             report = train_mfar(conn, name, settings, progress=reporter(quiet or json_))
@@ -84,6 +88,10 @@ def mfar(
 def fields(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="The SKB."),
+    finetune_encoder: bool = typer.Option(False, "--finetune-encoder",
+                                          help="Then fine-tune the query encoder with the gate (documents stay as "
+                                               "indexed); saved under STARK_PG_HOME/models/mfar/. Slow on a CPU."),
+    encoder_epochs: int = typer.Option(2, "--encoder-epochs", help="Epochs of encoder fine-tuning."),
     embed_model: str = typer.Option(None, "--model", help="Embedding model whose vectors to look for."),
     json_: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import psycopg
@@ -18,6 +19,7 @@ from stark_pg.embed import encode_query
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Hit, Ranking
 from stark_pg.skb.catalog import require_skb
+from stark_pg.skb.records import LoadError
 from stark_pg.train.mfar_model import MfarModel, load_model, parse_mask
 
 EXPLAINED_RESULTS = 10
@@ -38,7 +40,7 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
     skb_id = require_skb(conn, skb)
     model = load_model(conn, skb_id, skb, options.name)
     started = time.perf_counter()
-    vector = encode_query(query, model.embed_model)
+    vector = encode_query(query, query_encoder(model))
     weights = model.weights(vector, parse_mask(options.mask))
     embedded = time.perf_counter()
     rows = sql().mfar_top(conn, skb=skb, query=query, embedding=vector, model=model.embed_model,
@@ -57,6 +59,17 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
                                                options)
         trace["explain"] = explain_text(model, weights, shown, trace["contributions"])
     return Ranking(hits, trace)
+
+
+def query_encoder(model: MfarModel) -> str:
+    """The encoder of the query: a fine-tuned copy when the model was trained with one, else the SKB's model."""
+    path = model.settings.get("query_encoder")
+    if path is None:
+        return model.embed_model
+    if not Path(path).is_dir():
+        raise LoadError(f"mFAR model {model.name!r} needs its fine-tuned query encoder at {path}, which is not on "
+                        "this machine: train it here, or copy that directory")
+    return path
 
 
 def contributions(conn: psycopg.Connection, skb: str, query: str, vector: np.ndarray, model: MfarModel,

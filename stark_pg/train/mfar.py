@@ -54,6 +54,8 @@ class TrainSettings:
     early_stop_split: str = "val"
     seed: int = 0
     limit: int | None = None             # only the first N queries of each split (for quick runs and tests)
+    finetune_encoder: bool = False       # also fine-tune the query encoder (stark_pg/train/mfar_encoder.py)
+    encoder_epochs: int = 2
 
 
 @dataclass
@@ -140,16 +142,32 @@ def train_mfar(conn: psycopg.Connection, skb: str, settings: TrainSettings | Non
 
     started = time.perf_counter()
     fitted = fit_gate(train, stop, settings, len(pairs), rng, progress)
-    train_seconds = time.perf_counter() - started
     history, best_epoch = fitted.history, fitted.best_epoch
-    chosen = next(h for h in history if h["epoch"] == best_epoch)
+    extra = {}
+    if settings.finetune_encoder:
+        from stark_pg.train.mfar_encoder import finetune_query_encoder
+
+        def rescore_stop(vectors):
+            return [query_features(conn, skb, pairs, q, v, embed_model, settings.pool, None)
+                    for q, v in zip(stop_set.queries, vectors)]
+
+        tuned = finetune_query_encoder(conn, skb, skb_id, settings.name or settings.variant, embed_model, pairs,
+                                       train, stop_set.queries, fitted, settings, rescore_stop, progress)
+        fitted.weight, fitted.bias = tuned.weight, tuned.bias
+        history = history + [{**h, "stage": "encoder"} for h in tuned.history]
+        best_epoch = tuned.best_epoch
+        chosen = next(h for h in tuned.history if h["epoch"] == best_epoch)
+        extra = {"query_encoder": tuned.path, "encoder_best_epoch": tuned.best_epoch}
+    else:
+        chosen = next(h for h in history if h["epoch"] == best_epoch)
+    train_seconds = time.perf_counter() - started
     model = MfarModel(
         name=settings.name or settings.variant, variant=settings.variant, embed_model=embed_model, pairs=pairs,
         gate_weight=fitted.weight, gate_bias=fitted.bias, means=fitted.means, scales=fitted.scales,
         gammas=fitted.gammas,
         settings={**asdict(settings), "exclude": list(settings.exclude), "embed_model": embed_model,
                   "train_queries": len(train), "stop_queries": len(stop),
-                  "feature_seconds": round(feature_seconds, 2), "train_seconds": round(train_seconds, 2)},
+                  "feature_seconds": round(feature_seconds, 2), "train_seconds": round(train_seconds, 2), **extra},
         history=history, metrics={k: v for k, v in chosen.items() if k not in ("epoch", "loss")} | {"epoch": best_epoch})
     save_model(conn, skb_id, model)
     return TrainReport(model, feature_seconds, train_seconds, best_epoch, history)
