@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -92,6 +93,19 @@ def cli(db_url):
         return done
 
     return run
+
+
+@contextmanager
+def cloned_database(server_url: str, template: str, prefix: str):
+    """A new database cloned from `template` (the migrated template, or a prepared database no one is
+    connected to), dropped afterwards: for module-scoped fixtures that load and index once."""
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    janitor = DatabaseJanitor(dbname=name, template_dbname=template, **_server_params(server_url))
+    janitor.init()
+    try:
+        yield make_conninfo(server_url, dbname=name)
+    finally:
+        janitor.drop()
 
 
 def count_rows(url: str, table: str) -> int:

@@ -62,24 +62,15 @@ def write_pharma_bundle(path, seed: int = 3):
 @pytest.fixture(scope="module")
 def pharma_url(server_url, template_db, tmp_path_factory):
     """One database per module with the generated SKB loaded and fully indexed (read-mostly)."""
-    import uuid
-
-    from psycopg.conninfo import make_conninfo
-    from pytest_postgresql.janitor import DatabaseJanitor
-
-    from conftest import _server_params
+    from conftest import cloned_database
     from stark_pg.db import connect
 
-    name = f"stark_mfar_{uuid.uuid4().hex[:8]}"
-    janitor = DatabaseJanitor(dbname=name, template_dbname=template_db, **_server_params(server_url))
-    janitor.init()
-    url = make_conninfo(server_url, dbname=name)
-    with connect(url) as conn:
-        load_skb(conn, BundleSource(write_pharma_bundle(tmp_path_factory.mktemp("pharma") / "pharma")))
-        build_lexical(conn, "pharma", extra_scopes=relation_scopes(conn, "pharma"))
-        build_dense(conn, "pharma")
-    yield url
-    janitor.drop()
+    with cloned_database(server_url, template_db, "stark_mfar") as url:
+        with connect(url) as conn:
+            load_skb(conn, BundleSource(write_pharma_bundle(tmp_path_factory.mktemp("pharma") / "pharma")))
+            build_lexical(conn, "pharma", extra_scopes=relation_scopes(conn, "pharma"))
+            build_dense(conn, "pharma")
+        yield url
 
 
 @pytest.fixture

@@ -8,13 +8,10 @@ vectors would take minutes of CPU embedding; the README's figures include them).
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from pytest_postgresql.janitor import DatabaseJanitor
+from psycopg.conninfo import conninfo_to_dict
 
-from conftest import _server_params
+from conftest import cloned_database
 from test_retrieval_quality import latest_mrr
 
 pytestmark = pytest.mark.slow
@@ -29,19 +26,14 @@ def ibd_mfar_url(server_url, ibd_indexed_url):
     from stark_pg.retrieve import mfar
     from stark_pg.train.mfar import TrainSettings, train_mfar
 
-    name = f"stark_ibd_mfar_{uuid.uuid4().hex[:8]}"
-    janitor = DatabaseJanitor(dbname=name, template_dbname=conninfo_to_dict(ibd_indexed_url)["dbname"],
-                              **_server_params(server_url))
-    janitor.init()
-    url = make_conninfo(server_url, dbname=name)
-    with connect(url) as conn:
-        build_lexical(conn, "stark-prime-ibd", extra_scopes=relation_scopes(conn, "stark-prime-ibd"))
-        report = train_mfar(conn, "stark-prime-ibd", TrainSettings(variant="all"))
-        skb_id = conn.execute("select stark.skb_id('stark-prime-ibd')").fetchone()[0]
-        run_method(conn, skb_id, "stark-prime-ibd", "mfar", mfar.Options(),
-                   query_sets.from_split(conn, skb_id, "val"))
-    yield url, report
-    janitor.drop()
+    with cloned_database(server_url, conninfo_to_dict(ibd_indexed_url)["dbname"], "stark_ibd_mfar") as url:
+        with connect(url) as conn:
+            build_lexical(conn, "stark-prime-ibd", extra_scopes=relation_scopes(conn, "stark-prime-ibd"))
+            report = train_mfar(conn, "stark-prime-ibd", TrainSettings(variant="all"))
+            skb_id = conn.execute("select stark.skb_id('stark-prime-ibd')").fetchone()[0]
+            run_method(conn, skb_id, "stark-prime-ibd", "mfar", mfar.Options(),
+                       query_sets.from_split(conn, skb_id, "val"))
+        yield url, report
 
 
 def test_mfar_beats_bm25_vss_and_their_fusion_on_val(ibd_mfar_url):

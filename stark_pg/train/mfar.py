@@ -260,6 +260,10 @@ def fit_gate(train: list[QueryFeatures], stop: list[QueryFeatures], settings: Tr
     return FittedGate(weight, bias, gammas, means, scales, history, best[1])
 
 
+def gate_arrays(gate) -> tuple[np.ndarray, np.ndarray]:
+    """A torch gate's weight and bias as float64 numpy copies (what stark.mfar_model stores)."""
+    return (gate.weight.detach().numpy().astype(np.float64).copy(), gate.bias.detach().numpy().astype(np.float64).copy())
+
+
 def _snapshot(gate, log_gamma) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    return (gate.weight.detach().numpy().astype(np.float64).copy(), gate.bias.detach().numpy().astype(np.float64).copy(),
-            np.exp(log_gamma.detach().numpy().astype(np.float64)))
+    return (*gate_arrays(gate), np.exp(log_gamma.detach().numpy().astype(np.float64)))

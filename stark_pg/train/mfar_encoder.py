@@ -26,6 +26,7 @@ from stark_pg.embed import fresh_model
 from stark_pg.eval import metrics
 from stark_pg.index.dense import find_model, statement
 from stark_pg.progress import NullReporter, Reporter
+from stark_pg.train.mfar import gate_arrays
 from stark_pg.train.mfar_model import Pair
 
 HARD_NEGATIVES = 31
@@ -137,7 +138,7 @@ def finetune_query_encoder(conn: psycopg.Connection, skb: str, skb_id: int, name
 
     key = f"{settings.early_stop_split}_"
     history = [{"epoch": 0, "loss": None, **{key + k: round(v, 4) for k, v in stop_mrr().items()}}]
-    best = (history[0][key + "mrr"], 0, copy.deepcopy(encoder.state_dict()), _gate_arrays(gate))
+    best = (history[0][key + "mrr"], 0, copy.deepcopy(encoder.state_dict()), gate_arrays(gate))
     rng = np.random.default_rng(settings.seed)
     with progress.stage("encoder epochs", total=settings.encoder_epochs) as stage:
         for epoch in range(1, settings.encoder_epochs + 1):
@@ -170,7 +171,7 @@ def finetune_query_encoder(conn: psycopg.Connection, skb: str, skb_id: int, name
             history.append({"epoch": epoch, "loss": round(total / max(len(prepared), 1), 5),
                             **{key + k: round(v, 4) for k, v in measured.items()}})
             if measured["mrr"] > best[0]:
-                best = (measured["mrr"], epoch, copy.deepcopy(encoder.state_dict()), _gate_arrays(gate))
+                best = (measured["mrr"], epoch, copy.deepcopy(encoder.state_dict()), gate_arrays(gate))
             stage.advance()
     encoder.load_state_dict(best[2])
     path = encoder_dir(skb, name)
@@ -184,6 +185,3 @@ def _frozen_weights(fitted, vector: np.ndarray) -> np.ndarray:
     weights = np.exp(logits - logits.max())
     return weights / weights.sum() * fitted.gammas
 
-
-def _gate_arrays(gate) -> tuple[np.ndarray, np.ndarray]:
-    return (gate.weight.detach().numpy().astype(np.float64).copy(), gate.bias.detach().numpy().astype(np.float64).copy())
