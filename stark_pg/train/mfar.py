@@ -151,8 +151,10 @@ def train_mfar(conn: psycopg.Connection, skb: str, settings: TrainSettings | Non
             return [query_features(conn, skb, pairs, q, v, embed_model, settings.pool, None)
                     for q, v in zip(stop_set.queries, vectors)]
 
+        frozen = next(h for h in history if h["epoch"] == best_epoch)
         tuned = finetune_query_encoder(conn, skb, skb_id, settings.name or settings.variant, embed_model, pairs,
-                                       train, stop_set.queries, fitted, settings, rescore_stop, progress)
+                                       train, stop_set.queries, fitted, settings, rescore_stop,
+                                       {k: v for k, v in frozen.items() if k not in ("epoch", "loss")}, progress)
         fitted.weight, fitted.bias = tuned.weight, tuned.bias
         history = history + [{**h, "stage": "encoder"} for h in tuned.history]
         best_epoch = tuned.best_epoch
@@ -216,13 +218,9 @@ def fit_gate(train: list[QueryFeatures], stop: list[QueryFeatures], settings: Tr
         return standardised @ weights
 
     def stop_metrics() -> dict:
-        values = []
         with torch.no_grad():
-            for f, (vector, standardised, _) in zip(stop, stop_t):
-                order = np.lexsort((f.node_ids, -scores_of(vector, standardised).numpy()))
-                values.append(metrics.evaluate(f.node_ids[order].tolist(), f.query.answer_ids,
-                                               names=("hit@1", "hit@5", "recall@20", "mrr")))
-        return metrics.mean_metrics(values)
+            return metrics.mean_metrics([ranking_metrics(f, scores_of(vector, standardised).numpy())
+                                         for f, (vector, standardised, _) in zip(stop, stop_t)])
 
     history = [{"epoch": 0, "loss": None, **{f"{settings.early_stop_split}_{k}": round(v, 4)
                                               for k, v in stop_metrics().items()}}]
@@ -236,12 +234,10 @@ def fit_gate(train: list[QueryFeatures], stop: list[QueryFeatures], settings: Tr
                 losses = []
                 for i in order[start:start + settings.batch_size]:
                     vector, standardised, is_answer = train_t[i]
-                    logits = scores_of(vector, standardised) / settings.temperature
-                    negatives = torch.logsumexp(logits[~is_answer], dim=0) if (~is_answer).any() else None
-                    positives = logits[is_answer]
-                    if negatives is None:
+                    if not (~is_answer).any():
                         continue
-                    losses.append((torch.logaddexp(positives, negatives) - positives).mean())
+                    losses.append(contrastive_loss(scores_of(vector, standardised) / settings.temperature,
+                                                   is_answer))
                 if not losses:
                     continue
                 loss = torch.stack(losses).mean()
@@ -258,6 +254,26 @@ def fit_gate(train: list[QueryFeatures], stop: list[QueryFeatures], settings: Tr
                 break
     weight, bias, gammas = best[2]
     return FittedGate(weight, bias, gammas, means, scales, history, best[1])
+
+
+STOP_METRICS = ("hit@1", "hit@5", "recall@20", "mrr")
+
+
+def contrastive_loss(logits, is_answer):
+    """mFAR's loss for one query: each answer's logit against the log-sum-exp of the negatives' logits.
+
+    `logits` are scores over the temperature, `is_answer` a boolean mask with at least one negative."""
+    import torch
+
+    negatives = torch.logsumexp(logits[~is_answer], dim=0)
+    positives = logits[is_answer]
+    return (torch.logaddexp(positives, negatives) - positives).mean()
+
+
+def ranking_metrics(features: QueryFeatures, scores: np.ndarray) -> dict:
+    """The early-stopping metrics of one query ranked by `scores` (ties by node id, as stark.mfar orders)."""
+    order = np.lexsort((features.node_ids, -scores))
+    return metrics.evaluate(features.node_ids[order].tolist(), features.query.answer_ids, names=STOP_METRICS)
 
 
 def gate_arrays(gate) -> tuple[np.ndarray, np.ndarray]:

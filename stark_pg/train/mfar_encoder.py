@@ -26,8 +26,8 @@ from stark_pg.embed import fresh_model
 from stark_pg.eval import metrics
 from stark_pg.index.dense import find_model, statement
 from stark_pg.progress import NullReporter, Reporter
-from stark_pg.train.mfar import gate_arrays
-from stark_pg.train.mfar_model import Pair
+from stark_pg.train.mfar import contrastive_loss, gate_arrays, ranking_metrics
+from stark_pg.train.mfar_model import Pair, gate_softmax
 
 HARD_NEGATIVES = 31
 ENCODER_LR = 2e-5
@@ -70,11 +70,13 @@ def _dense_kind(field: str) -> str:
 
 def finetune_query_encoder(conn: psycopg.Connection, skb: str, skb_id: int, name: str, embed_model: str,
                            pairs: list[Pair], train: list, stop: list, fitted, settings, collect_stop,
-                           progress: Reporter | None = None) -> EncoderResult:
+                           start_metrics: dict, progress: Reporter | None = None) -> EncoderResult:
     """Train the query encoder and the gate together; save the best epoch's encoder; return it and the gate.
 
-    `train`/`stop` are the frozen-encoder QueryFeatures, `fitted` the frozen-encoder FittedGate, and
-    `collect_stop(vectors)` re-scores the early-stopping queries through PostgreSQL for new query vectors.
+    `train` are the frozen-encoder QueryFeatures, `stop` the early-stopping queries, `fitted` the
+    frozen-encoder FittedGate with `start_metrics` its early-stopping figures (epoch 0 here: the same
+    encoder and gate), and `collect_stop(vectors)` re-scores the early-stopping queries through
+    PostgreSQL for new query vectors.
     """
     import torch
 
@@ -94,7 +96,8 @@ def finetune_query_encoder(conn: psycopg.Connection, skb: str, skb_id: int, name
     for f in train:
         if not f.is_answer.any():
             continue
-        frozen = ((f.scores - fitted.means) / fitted.scales) @ _frozen_weights(fitted, f.vector)
+        frozen = ((f.scores - fitted.means) / fitted.scales) @ (gate_softmax(fitted.weight, fitted.bias, f.vector)
+                                                                  * fitted.gammas)
         negatives = [i for i in np.argsort(-frozen) if not f.is_answer[i]][:HARD_NEGATIVES]
         keep = np.concatenate([np.flatnonzero(f.is_answer), np.array(negatives, dtype=int)])
         examples.append((f.query.body, f.node_ids[keep], f.scores[keep], f.is_answer[keep]))
@@ -121,23 +124,19 @@ def finetune_query_encoder(conn: psycopg.Connection, skb: str, skb_id: int, name
                                    {"params": gate.parameters(), "lr": settings.lr}],
                                   weight_decay=settings.weight_decay)
 
-    def stop_mrr() -> dict:
+    def stop_metrics() -> dict:
         encoder.eval()
         with torch.no_grad():
             query_vectors = encoder.encode([q.body for q in stop], normalize_embeddings=True, convert_to_numpy=True,
                                            show_progress_bar=False, batch_size=32)
-        values = []
-        for f in collect_stop(query_vectors):
-            with torch.no_grad():
+            values = []
+            for f in collect_stop(query_vectors):
                 weights = torch.softmax(gate(torch.tensor(f.vector)), -1) * gammas
-                scores = ((torch.tensor(f.scores) - means) / scales) @ weights
-            order = np.lexsort((f.node_ids, -scores.numpy()))
-            values.append(metrics.evaluate(f.node_ids[order].tolist(), f.query.answer_ids,
-                                           names=("hit@1", "hit@5", "recall@20", "mrr")))
+                values.append(ranking_metrics(f, (((torch.tensor(f.scores) - means) / scales) @ weights).numpy()))
         return metrics.mean_metrics(values)
 
     key = f"{settings.early_stop_split}_"
-    history = [{"epoch": 0, "loss": None, **{key + k: round(v, 4) for k, v in stop_mrr().items()}}]
+    history = [{"epoch": 0, "loss": None, **start_metrics}]
     best = (history[0][key + "mrr"], 0, copy.deepcopy(encoder.state_dict()), gate_arrays(gate))
     rng = np.random.default_rng(settings.seed)
     with progress.stage("encoder epochs", total=settings.encoder_epochs) as stage:
@@ -158,16 +157,14 @@ def finetune_query_encoder(conn: psycopg.Connection, skb: str, skb_id: int, name
                     raw = scores.clone()
                     raw[:, dense_cols] = sims
                     weights = torch.softmax(gate(q), -1) * gammas
-                    logits = (((raw - means) / scales) @ weights) / settings.temperature
-                    negatives = torch.logsumexp(logits[~answers], 0)
-                    positives = logits[answers]
-                    losses.append((torch.logaddexp(positives, negatives) - positives).mean())
+                    losses.append(contrastive_loss((((raw - means) / scales) @ weights) / settings.temperature,
+                                                   answers))
                 loss = torch.stack(losses).mean()
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
                 total += float(loss.detach()) * len(losses)
-            measured = stop_mrr()
+            measured = stop_metrics()
             history.append({"epoch": epoch, "loss": round(total / max(len(prepared), 1), 5),
                             **{key + k: round(v, 4) for k, v in measured.items()}})
             if measured["mrr"] > best[0]:
@@ -179,9 +176,4 @@ def finetune_query_encoder(conn: psycopg.Connection, skb: str, skb_id: int, name
     encoder.save(str(path))
     return EncoderResult(str(path), best[3][0], best[3][1], history, best[1])
 
-
-def _frozen_weights(fitted, vector: np.ndarray) -> np.ndarray:
-    logits = fitted.weight @ np.asarray(vector, dtype=np.float64) + fitted.bias
-    weights = np.exp(logits - logits.max())
-    return weights / weights.sum() * fitted.gammas
 

@@ -113,10 +113,7 @@ class MfarModel:
 
     def gate(self, query_vector: np.ndarray) -> np.ndarray:
         """G(q): softmax over the pairs of W q + b."""
-        logits = self.gate_weight @ np.asarray(query_vector, dtype=np.float64) + self.gate_bias
-        logits -= logits.max()
-        weights = np.exp(logits)
-        return weights / weights.sum()
+        return gate_softmax(self.gate_weight, self.gate_bias, query_vector)
 
     def weights(self, query_vector: np.ndarray, mask: list[tuple[str, str | None]] = ()) -> np.ndarray:
         """The weight of each pair for this query: G(q) * gamma, zero where masked."""
@@ -128,6 +125,13 @@ class MfarModel:
                                  f"pair (pairs: {', '.join(map(str, self.pairs))})")
             weights[hit] = 0.0
         return weights
+
+
+def gate_softmax(weight: np.ndarray, bias: np.ndarray, query_vector: np.ndarray) -> np.ndarray:
+    """softmax(W q + b) over the pairs, in float64 (search and training compute the same weights)."""
+    logits = weight @ np.asarray(query_vector, dtype=np.float64) + bias
+    weights = np.exp(logits - logits.max())
+    return weights / weights.sum()
 
 
 def save_model(conn: psycopg.Connection, skb_id: int, model: MfarModel) -> None:
