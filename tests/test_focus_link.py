@@ -120,3 +120,18 @@ def test_prepare_matches_the_reference(ibd_indexed_url, slice_graph):
                 kept_some += 1
             assert prepared.linked == bool(exp_triplets)
         assert kept_some > 15
+
+
+@pytest.mark.parametrize("constant,question,expected", [
+    ("Indomethacin", "Which drugs can I take alongside Indomethacin?", True),
+    ("C-C chemokines", "proteins that bind to C-C chemokines", True),
+    ("chemokine receptor", "proteins binding chemokines at their receptors", True),     # first five letters
+    ("HNF4A", "Which drugs treat psoriatic arthritis?", False),                        # copied from an example
+    ("male hormones", "my insensitivity to male hormones", True),
+    ("PPARA signalling", "what regulates PPARA in the liver", True),                   # half the words
+    ("tumour necrosis factor", "drugs against TNF", False),
+    ("", "anything", False),
+])
+def test_grounded_constants_are_named_in_the_question(constant, question, expected):
+    assert link.grounded(constant, question, 0.5) is expected
+    assert link.grounded(constant, question, 0.0) is True

@@ -234,3 +234,48 @@ def test_search_explain_on_the_command_line(synthetic_url, llm):
     document = json.loads(as_json.stdout)
     assert document["explain"]["1. triplets"][0] == "target ?x1"
     assert document["trace"]["llm"]["cache_hits"] == 1 and document["trace"]["llm"]["calls"] == 0
+
+
+def test_answer_type_paper_setting_ranks_the_llms_type_first_and_the_default_mixes_in_the_vote(conn, llm):
+    """With no usable triplet the type is all the method knows. `type_weight=2 llm_type_share=1` is
+    the paper: every node of the LLM's type ahead of every other. Mixed in, the training queries'
+    vote outweighs a wrong LLM type once the LLM's share is under a half."""
+    question = conn.execute("select body from stark.query where skb_id = stark.skb_id(%s) and split = 'val' and body "
+                            "like 'Which genes or proteins interact with the pathway %%' limit 1", (SKB,)).fetchone()[0]
+    llm.responder = lambda kind, body: json.dumps({"target": "?x1", "target_type": "disease", "triplets": []})
+    paper = focus.search(conn, SKB, question, 60, options(llm, type_weight=2.0, llm_type_share=1.0, cache="refresh"))
+    types = dict(conn.execute("select node_id, type from stark.node where skb_id = stark.skb_id(%s)", (SKB,)).fetchall())
+    n_disease = sum(1 for t in types.values() if t == "disease")
+    ranked_types = [types[h.node_id] for h in paper.hits]
+    assert ranked_types[:min(60, n_disease)] == ["disease"] * min(60, n_disease)
+    assert paper.trace["target_type"]["votes"] == []                    # the LLM alone: no vote was asked
+    mixed = focus.search(conn, SKB, question, 10, options(llm, llm_type_share=0.2, cache="refresh"))
+    belief = mixed.trace["target_type"]
+    assert belief["probabilities"]["disease"] == pytest.approx(0.2)
+    assert belief["llm_type"] == "disease" and belief["votes"][0][0] == "gene/protein"
+    assert belief["best"] == "gene/protein", belief
+    assert mixed.trace["target"]["node_type"] == "gene/protein"
+    assert "gene/protein" in [types[h.node_id] for h in mixed.hits[:5]]
+    assert "answer type: gene/protein" in "\n".join(mixed.trace["explain"]["2. prepare (link constants)"])
+
+
+def test_a_constant_the_question_does_not_name_is_dropped(conn, llm):
+    """Small models copy entities from the prompt's examples: such a constant must not steer the search."""
+    question = conn.execute("select body from stark.query where skb_id = stark.skb_id(%s) and body like "
+                            "'Which genes or proteins interact with the pathway %%' limit 1", (SKB,)).fetchone()[0]
+    stranger = conn.execute("select name from stark.node where skb_id = stark.skb_id(%s) and type = 'drug' "
+                            "order by node_id limit 1", (SKB,)).fetchone()[0]
+    assert stranger.lower() not in question.lower()
+
+    def responder(kind, body):
+        reply = oracle_triplets(question_of(body))
+        reply["triplets"].append({"head": "?x1", "head_type": "gene/protein", "relation": "target", "tail": stranger,
+                                  "tail_type": "drug"})
+        return json.dumps(reply)
+
+    llm.responder = responder
+    ranking = focus.search(conn, SKB, question, 10, options(llm, cache="refresh"))
+    assert [d["reason"] for d in ranking.trace["dropped"]] == ["a constant the question does not name"]
+    assert len(ranking.trace["problem"]["triplets"]) == 1
+    trusting = focus.search(conn, SKB, question, 10, options(llm, grounding=0.0, cache="refresh"))
+    assert len(trusting.trace["problem"]["triplets"]) == 2

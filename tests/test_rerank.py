@@ -114,7 +114,8 @@ def test_rerank_orders_by_the_llm_score_with_ties_in_vss_order(conn, slice_conn,
     names = dict(slice_conn.execute("select node_id, name from stark.node where skb_id = stark.skb_id(%s) "
                                     "and node_id = any(%s)", ("stark-prime-ibd", candidates)).fetchall())
     trace = {}
-    hits = rerank(slice_conn, "stark-prime-ibd", slice_query, candidates, fake_client(conn, server), trace=trace)
+    hits = rerank(slice_conn, "stark-prime-ibd", slice_query, candidates, fake_client(conn, server), sim_weight=0.0,
+                  trace=trace)
     expected = sorted(candidates, key=lambda n: (-made_up_score(names[n]), candidates.index(n)))
     assert [h.node_id for h in hits] == expected
     assert [h.score for h in hits] == [made_up_score(names[n]) for n in expected]
@@ -122,6 +123,13 @@ def test_rerank_orders_by_the_llm_score_with_ties_in_vss_order(conn, slice_conn,
     assert len(server.requests) == 12 and len(replies) == 12
     assert trace["rerank"]["scores"] == [[n, made_up_score(names[n])] for n in candidates]
     assert trace["rerank"]["invalid"] == [] and trace["rerank"]["prompt"] == "per-candidate"
+    # STaRK's combination (the default): the LLM's score plus 0.1 x the candidate's standing in VSS order
+    n = len(candidates)
+    combined = {c: made_up_score(names[c]) + 0.1 * (n - i) / n for i, c in enumerate(candidates)}
+    blended = rerank(slice_conn, "stark-prime-ibd", slice_query, candidates, fake_client(conn, server))
+    assert len(server.requests) == 12                                         # replayed from the cache
+    assert [h.node_id for h in blended] == sorted(candidates, key=lambda c: (-combined[c], candidates.index(c)))
+    assert [h.score for h in blended] == pytest.approx(sorted(combined.values(), reverse=True))
     # each prompt carries the query and one document, cut to doc_chars
     prompt = user_text("openai", server.requests[0]["body"])
     assert query_of(prompt) == slice_query
@@ -174,7 +182,8 @@ def test_an_unusable_reply_scores_zero_and_is_listed(conn, slice_conn, slice_que
     trace = {}
     hits = rerank(slice_conn, "stark-prime-ibd", slice_query, candidates, fake_client(conn, server), trace=trace)
     assert trace["rerank"]["invalid"] == [target]
-    assert hits[-1].node_id == target and hits[-1].score == 0.0
+    assert hits[-1].node_id == target and dict(trace["rerank"]["scores"])[target] == 0.0
+    assert hits[-1].score == pytest.approx(0.1)          # 0 from the LLM + 0.1 x its standing (first of 4)
     assert len(server.requests) == len(candidates) + 1   # one repair request
 
 
@@ -196,7 +205,7 @@ def test_vss_rerank_reranks_the_head_and_keeps_the_tail(conn, slice_conn, slice_
     assert ranking.node_ids[8:] == plain.node_ids[8:]
     assert ranking.hits[8:] == plain.hits[8:]
     scores = [h.score for h in ranking.hits]
-    assert scores == sorted(scores, reverse=True) and all(1 <= s <= 2 for s in scores[:8])
+    assert scores == sorted(scores, reverse=True) and all(1 <= s <= 2.1 for s in scores[:8])
     trace = ranking.trace
     assert trace["method"] == "vss+rerank" and trace["k_max"] == 8 and len(trace["rerank"]["scores"]) == 8
     assert trace["llm"]["calls"] == 8 and trace["llm"]["cache_hits"] == 0 and trace["llm"]["model"] == "qwen-test"

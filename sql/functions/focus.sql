@@ -1,7 +1,7 @@
 -- 4StepFocus (Boer, Koch, Kramer 2024) in SQL: linking the constants of LLM triplets to nodes
 -- (their Algorithm 3, the part PostgreSQL can do), substituting the triplets' variables over the
--- edge table until no candidate set changes (their Algorithm 2), and ranking the surviving
--- candidates by vector similarity ahead of everything else (their step 3).
+-- edge table until no candidate set changes (their Algorithm 2). Ranking the surviving candidates
+-- (their step 3) is in focus_rank.sql.
 --
 -- Everything reads one SKB at a time (skb_id literal in every statement, so only that SKB's edge
 -- partition and partial indexes are touched); no temporary tables, no cross-SKB joins.
@@ -276,38 +276,3 @@ end
 $$;
 comment on function stark.focus_substitute(text, jsonb, boolean, boolean, int) is
     '4StepFocus substitution: each variable''s candidates after applying the triplets until no set changes.';
-
--- ---------------------------------------------------------------------------------------------
--- Step 3: the filtered candidates ranked by cosine similarity (exact: they are few), ahead of the
--- best other nodes by VSS (through the HNSW index), k in all. Filtered candidates are the given ids,
--- or, when `candidates` is null, every node of `candidate_type` (a target variable nothing narrowed);
--- both null: plain VSS. Scores keep the order: a filtered node scores 3 + cosine, any other its cosine.
-create or replace function stark.focus_rank(skb_name text, query vector, candidates bigint[], candidate_type text,
-                                            k int default 20, model text default 'all-MiniLM-L6-v2')
-returns table (node_id bigint, score double precision, filtered boolean)
-language plpgsql stable as $$
-declare
-    t record := stark.dense_target(skb_name, model, query, false);
-    n_filtered int;
-begin
-    if candidates is null and candidate_type is null then
-        return query select s.node_id, s.score, false from stark.vss(skb_name, query, k, model) s;
-        return;
-    end if;
-    return query execute format(
-        'with f as materialized ('
-        '    select d.node_id, 1 - (d.vec <=> $1) as cos from stark.%1$I d '
-        '    join stark.node n on n.skb_id = %2$s and n.node_id = d.node_id '
-        '    where d.skb_id = %2$s and (case when $2::bigint[] is null then n.type = $3 else n.node_id = any ($2) end) '
-        '    order by cos desc, d.node_id limit $4) '
-        'select f.node_id, 3 + f.cos, true from f '
-        'union all '
-        '(select o.node_id, o.score, false from stark.vss($5, $1, $4 + (select count(*)::int from f), $6) o '
-        ' where o.node_id not in (select f.node_id from f) '
-        ' order by o.score desc, o.node_id limit greatest($4 - (select count(*)::int from f), 0)) '
-        'order by 2 desc, 1', t.tbl, t.skb)
-        using query, candidates, candidate_type, k, skb_name, model;
-end
-$$;
-comment on function stark.focus_rank(text, vector, bigint[], text, int, text) is
-    '4StepFocus ranking: filtered candidates by cosine first (score 3 + cosine), then the best other nodes by VSS.';

@@ -51,10 +51,11 @@ select variable, node_type, unconstrained, size, node_ids, rounds
 from stark.focus_substitute(:skb, cast(:problem as jsonb), respect_relations => :respect_relations,
                             directed => :directed);
 
--- name: focus_rank(skb, embedding, candidates, candidate_type, k, model)
--- Step 3: the filtered candidates by cosine first, then the best other nodes by VSS.
+-- name: focus_rank(skb, embedding, candidates, type_names, type_probs, type_weight, k, model)
+-- Step 3: the filtered candidates by cosine first, then the other nodes by cosine plus the type bonus.
 select node_id, score, filtered
-from stark.focus_rank(:skb, :embedding, cast(:candidates as bigint[]), cast(:candidate_type as text), :k, :model);
+from stark.focus_rank(:skb, :embedding, cast(:candidates as bigint[]), cast(:type_names as text[]),
+                      cast(:type_probs as double precision[]), :type_weight, :k, :model);
 
 -- name: focus_run_summary(run_id)
 -- 4StepFocus figures of an evaluation run from its traces: the share of queries whose triplets linked
@@ -71,3 +72,22 @@ select count(*) as queries,
        sum((trace -> 'llm' ->> 'cache_hits')::int) as llm_cache_hits,
        count(*) filter (where error is not null) as failed
 from stark.eval_result where run_id = :run_id;
+
+-- name: stale_query_vectors(skb, split, model)
+-- Queries of a split with no embedding for `model`, or one computed from different text.
+select q.query_id, q.body
+from stark.query q
+left join stark.query_vector v on v.skb_id = q.skb_id and v.query_id = q.query_id and v.model = :model
+where q.skb_id = stark.skb_id(:skb) and q.split = :split and (v.body_md5 is distinct from md5(q.body))
+order by q.query_id;
+
+-- name: store_query_vector(skb, query_id, model, body, vec)*!
+-- One query's embedding, replacing an older one.
+insert into stark.query_vector (skb_id, query_id, model, body_md5, vec)
+values (stark.skb_id(:skb), :query_id, :model, md5(:body), :vec)
+on conflict (skb_id, query_id, model) do update set body_md5 = excluded.body_md5, vec = excluded.vec;
+
+-- name: answer_type_votes(skb, embedding, split, k, model, question)
+-- The answer types the k nearest queries of a split vote for (sql/functions/answer_type.sql).
+select node_type, share, voters
+from stark.answer_type_votes(:skb, :embedding, :split, :k, :model, :question);

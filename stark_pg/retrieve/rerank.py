@@ -2,8 +2,10 @@
 
 Shared by `vss+rerank` and `4stepfocus`. Each candidate's document (stark.render_document, cut to
 `doc_chars` characters) goes to the LLM with the query; the reply is a JSON object validated by
-pydantic (one repair request, stark_pg.llm). Candidates are then sorted by the LLM's score, ties
-kept in their incoming order. Two ways to ask:
+pydantic (one repair request, stark_pg.llm). Candidates are then sorted by the LLM's score plus
+`sim_weight` times their standing in the incoming order ((n - i) / n for the i-th of n), as STaRK's
+reranker combines them (its default weight is 0.1); ties keep the incoming order. A larger weight
+trusts the first stage more, which a weak LLM needs. Two ways to ask:
 
 - per candidate (default): one short request per candidate, `{"score": s}` back. The query comes
   first in the prompt, so a server with prompt caching (llama.cpp) reuses that prefix.
@@ -27,6 +29,7 @@ from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Hit
 
 DOC_CHARS = 800
+SIM_WEIGHT = 0.1       # STaRK's LLMReranker default
 SYSTEM = ("You rate documents from a knowledge base as answers to a search query. "
           "You reply with JSON only.")
 
@@ -60,15 +63,18 @@ def documents(conn: psycopg.Connection, skb: str, node_ids: list[int], doc_chars
 
 
 def rerank(conn: psycopg.Connection, skb: str, query: str, node_ids: list[int], client: LLMClient, *,
-           doc_chars: int = DOC_CHARS, batch: bool = False, with_relations: bool = False,
+           doc_chars: int = DOC_CHARS, batch: bool = False, with_relations: bool = False, sim_weight: float = SIM_WEIGHT,
            trace: dict | None = None) -> list[Hit]:
-    """`node_ids` sorted by the LLM's relevance score (the Hit's score), ties in their given order.
+    """`node_ids` sorted by the LLM's relevance score plus `sim_weight` times their standing in the
+    given order (the Hit's score), ties in their given order.
 
     If `trace` is given, `trace["rerank"]` receives the prompt style, the per-candidate scores and
     the candidates whose reply was invalid.
     """
     if doc_chars <= 0:
         raise ValueError(f"doc_chars must be positive, not {doc_chars}")
+    if sim_weight < 0:
+        raise ValueError(f"sim_weight must be 0 or more, not {sim_weight}")
     node_ids = list(dict.fromkeys(int(n) for n in node_ids))
     if not node_ids:
         return []
@@ -86,13 +92,15 @@ def rerank(conn: psycopg.Connection, skb: str, query: str, node_ids: list[int], 
             if score is None:
                 invalid.append(node_id)
             scores.append(score or 0.0)
-    order = sorted(range(len(node_ids)), key=lambda i: (-scores[i], i))
+    n = len(node_ids)
+    combined = [scores[i] + sim_weight * (n - i) / n for i in range(n)]
+    order = sorted(range(n), key=lambda i: (-combined[i], i))
     if trace is not None:
         trace["rerank"] = {"prompt": "batch" if batch else "per-candidate", "doc_chars": doc_chars,
-                           "with_relations": with_relations,
+                           "with_relations": with_relations, "sim_weight": sim_weight,
                            "scores": [[node_ids[i], scores[i]] for i in range(len(node_ids))],
                            "invalid": invalid}
-    return [Hit(node_ids[i], scores[i]) for i in order]
+    return [Hit(node_ids[i], combined[i]) for i in order]
 
 
 def _score_one(client: LLMClient, query: str, document: str) -> float | None:

@@ -16,7 +16,7 @@ import psycopg
 
 from stark_pg.llm import client_from_options
 from stark_pg.retrieve import Hit, Ranking, vss
-from stark_pg.retrieve.rerank import DOC_CHARS, rerank
+from stark_pg.retrieve.rerank import DOC_CHARS, SIM_WEIGHT, rerank
 
 
 @dataclass
@@ -29,6 +29,7 @@ class Options:
     cache: str | None = None      # use | only | refresh (None: STARK_PG_LLM_CACHE, else use)
     batch: bool = False           # all k_max candidates in one prompt instead of one request each
     relations: bool = False       # documents include their relations (neighbour names)
+    sim_weight: float = SIM_WEIGHT  # weight of the VSS order added to the LLM's score (STaRK: 0.1)
 
 
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
@@ -42,7 +43,8 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
     started = time.perf_counter()
     with client.metered() as meter:
         reranked = rerank(conn, skb, query, [h.node_id for h in head], client, doc_chars=options.doc_chars,
-                          batch=options.batch, with_relations=options.relations, trace=trace)
+                          batch=options.batch, with_relations=options.relations,
+                          sim_weight=options.sim_weight, trace=trace)
     trace["rerank_ms"] = round((time.perf_counter() - started) * 1000, 3)
     trace["llm"] = meter.as_dict()
     hits = [Hit(h.node_id, 1.0 + h.score) for h in reranked] + rest

@@ -5,11 +5,15 @@
 2. Prepare (link.py, the paper's Algorithm 3) links the named entities to nodes and keeps the usable
    triplets; Substitute (substitute.py, Algorithm 2) narrows every unknown's candidates over
    stark.edge in one SQL function call, round after round until no set changes.
-3. The target's candidates are ranked by vector similarity, ahead of the best other nodes by VSS
-   (the first k_max are the paper's candidate list; the rest keep evaluation depth).
+3. The target's candidates are ranked by vector similarity, ahead of every other node (the first
+   k_max are the paper's candidate list; the rest keep evaluation depth). When nothing narrowed the
+   target, there are no candidates and only the next rule orders the nodes.
+   The other nodes are ranked by cosine similarity plus `type_weight` times the probability that
+   their node type is the answer's (answer_type.py): the LLM's target type mixed with the vote of
+   the nearest training queries. The paper ranks every node of the LLM's type first instead; that
+   is `type_weight=2 llm_type_share=1`. A soft, mixed type is what makes this method beat VSS on
+   the STaRK-Prime slice with a small LLM (README, 4StepFocus).
 4. With `rerank`, the LLM scores the top k_max (stark_pg/retrieve/rerank.py).
-When no triplet survives Prepare, the target's node type still filters (setting `type_filter`);
-when the substitution leaves no candidate, the ranking is plain VSS (as the paper falls back).
 The trace holds every step (`explain`, printed by `stark-pg search --explain`), the SQL that ran,
 the LLM usage and the figures an evaluation aggregates (`linked`, `candidate_count`, `llm`).
 """
@@ -25,9 +29,9 @@ from stark_pg.embed import canonical_name, encode_query
 from stark_pg.llm import client_from_options
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Hit, Ranking
-from stark_pg.retrieve.focus import link, triplets
+from stark_pg.retrieve.focus import answer_type, link, triplets
 from stark_pg.retrieve.focus.substitute import substitute
-from stark_pg.retrieve.rerank import DOC_CHARS, rerank
+from stark_pg.retrieve.rerank import DOC_CHARS, SIM_WEIGHT, rerank
 from stark_pg.skb.catalog import require_skb
 
 
@@ -40,14 +44,19 @@ class Options:
     directed: bool = False            # edges only head -> tail (default: either direction)
     k_max: int = 20                   # the candidate list: filtered first, padded by VSS; reranked with rerank
     examples: int = 3                 # few-shot examples in the triplet prompt (built from the SKB)
-    type_filter: bool = True          # a target nothing narrowed keeps the nodes of its type first
     link_pool: int = 20               # BM25 name matches considered when linking a constant
     link_ratio: float = 0.8           # string similarity (difflib ratio) that links a constant
     link_cosine: float = 0.85         # or name-embedding cosine similarity
+    grounding: float = 0.5            # share of a constant's words the question must contain (0: no check)
+    type_weight: float = 0.15         # weight of the answer-type probability added to cosine (0: none)
+    llm_type_share: float = 0.5       # the LLM's share of that probability; the rest is the training vote
+    type_split: str = "train"         # the queries whose answers vote for the type
+    type_k: int = 10                  # how many of them (the nearest by embedding)
     model: str | None = None          # embedding model (default all-MiniLM-L6-v2)
     rerank: bool = False              # step 4: the LLM scores the top k_max
     doc_chars: int = DOC_CHARS        # characters of each document shown to the reranker
     batch: bool = False               # rerank all k_max candidates in one prompt
+    sim_weight: float = SIM_WEIGHT    # weight of the step-3 order added to the LLM's score (STaRK: 0.1)
 
 
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
@@ -56,6 +65,10 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
         raise ValueError(f"4stepfocus k_max must be positive, not {o.k_max}")
     if o.examples < 0:
         raise ValueError(f"4stepfocus examples must be 0 or more, not {o.examples}")
+    if o.type_weight < 0 or o.type_k <= 0:
+        raise ValueError(f"4stepfocus type_weight must be 0 or more and type_k positive, not {o.type_weight}, {o.type_k}")
+    if not 0.0 <= o.llm_type_share <= 1.0:
+        raise ValueError(f"4stepfocus llm_type_share must be between 0 and 1, not {o.llm_type_share}")
     skb_id = require_skb(conn, skb)
     model = canonical_name(o.model)
     client = client_from_options(conn, llm=o.llm, base_url=o.base_url, cache=o.cache)
@@ -71,13 +84,20 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
         # 2. prepare + substitute
         linked_at = time.perf_counter()
         prepared = link.prepare(conn, skb, reply, triplets.schema(conn, skb_id),
-                                link.LinkSettings(o.link_pool, o.link_ratio, o.link_cosine, model))
+                                link.LinkSettings(o.link_pool, o.link_ratio, o.link_cosine, model, o.grounding),
+                                question=query)
+        vector = encode_query(query, model)
+        voted = [] if o.llm_type_share == 1.0 or o.type_weight == 0 else \
+            answer_type.votes(conn, skb, query, vector, split=o.type_split, k=o.type_k, model=model)
+        belief = answer_type.belief(prepared.target_type, voted, o.llm_type_share)
+        trace["target_type"] = belief.as_json()
+        prepared = prepared.with_target_type(belief.best)
         substituted_at = time.perf_counter()
         trace["links"] = [x.as_json() for x in prepared.links]
         trace["dropped"] = prepared.dropped
         trace["linked"] = prepared.linked
         trace["target"] = {"variable": prepared.target, "node_type": prepared.target_type}
-        candidates, candidate_type, target_set = None, None, None
+        candidates, target_set = None, None
         if prepared.problem is not None:
             result = substitute(conn, skb, prepared.problem, respect_relations=o.respect_relations,
                                 directed=o.directed)
@@ -87,20 +107,18 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
             trace["substitution"] = {"rounds": result.rounds, "sql_ms": result.ms,
                                      "sizes": {v: s.size for v, s in result.sets.items()},
                                      "unconstrained": [v for v, s in result.sets.items() if s.unconstrained]}
-            if target_set.unconstrained:
-                candidate_type = target_set.node_type if o.type_filter else None
-            elif target_set.size > 0:
+            if not target_set.unconstrained and target_set.size > 0:
                 candidates = target_set.node_ids
-        elif o.type_filter:
-            candidate_type = prepared.target_type
         trace["candidate_count"] = None if target_set is None else target_set.size
-        trace["filter"] = ("candidates" if candidates is not None else f"type {candidate_type}" if candidate_type
-                           else "none (plain VSS)")
+        types = sorted(belief.probabilities) if o.type_weight > 0 else []
+        trace["filter"] = ", then ".join(
+            (["candidates"] if candidates is not None else [])
+            + ([f"type bonus {o.type_weight} x P(type)"] if types else [])) or "none (plain VSS)"
         # 3. VSS within the candidates, then the rest
         ranked_at = time.perf_counter()
-        vector = encode_query(query, model)
-        rows = list(sql().focus_rank(conn, skb=skb, embedding=vector, candidates=candidates,
-                                     candidate_type=candidate_type, k=max(k, o.k_max), model=model))
+        rows = list(sql().focus_rank(conn, skb=skb, embedding=vector, candidates=candidates, type_names=types,
+                                     type_probs=[belief.probabilities[t] for t in types], type_weight=o.type_weight,
+                                     k=max(k, o.k_max), model=model))
         hits = [Hit(int(n), float(s)) for n, s, _ in rows]
         filtered_in_top = sum(1 for _, _, f in rows[:o.k_max] if f)
         trace["filtered_in_top"] = filtered_in_top
@@ -109,8 +127,9 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
         if o.rerank:
             head, rest = hits[:o.k_max], hits[o.k_max:]
             reranked = rerank(conn, skb, query, [h.node_id for h in head], client, doc_chars=o.doc_chars,
-                              batch=o.batch, trace=trace)
-            hits = [Hit(h.node_id, 4.0 + h.score) for h in reranked] + rest
+                              batch=o.batch, sim_weight=o.sim_weight, trace=trace)
+            base = 1.0 + max((h.score for h in rest), default=0.0)       # reranked scores stay above the rest
+            hits = [Hit(h.node_id, base + h.score) for h in reranked] + rest
         done_at = time.perf_counter()
     trace["llm"] = total.as_dict()
     trace["ms"] = {"triplets": _ms(started, linked_at), "prepare": _ms(linked_at, substituted_at),
@@ -142,12 +161,19 @@ def explain(trace: dict, o: Options, rows) -> dict:
             lines.append(f"{x['constant']!r} -> " + ", ".join(f"{n} {name!r}" for n, name in
                                                                zip(x["node_ids"], x["names"]))
                          + f" [{x['how']}, {x['score']}]")
+        elif not x.get("grounded", True):
+            lines.append(f"{x['constant']!r} -> not linked: the question does not name it")
         else:
             lines.append(f"{x['constant']!r} -> not linked")
     for d in trace["dropped"]:
         lines.append(f"dropped {d['head']} -[{d.get('relation')}]-> {d['tail']}: {d['reason']}")
     kept = len(trace.get("problem", {}).get("triplets", []))
     lines.append(f"{kept} triplets kept for substitution")
+    belief = trace["target_type"]
+    shown = ", ".join(f"{t} {p:.0%}" for t, p in list(belief["probabilities"].items())[:3]) or "unknown"
+    votes = ", ".join(f"{t} {share:.0%}" for t, share in belief["votes"][:3]) or "none"
+    lines.append(f"answer type: {shown} (the LLM said {belief['llm_type'] or 'nothing'}; "
+                 f"nearest training queries: {votes})")
     steps["2. prepare (link constants)"] = lines
     if "substitution" in trace:
         s = trace["substitution"]

@@ -9,6 +9,9 @@ Linking a constant (an entity name the LLM copied from the question):
    string similarity (difflib's ratio, as the paper's code used) or by embedding cosine similarity
    (names embedded on the fly, so no name index is needed), the constant's type preferred;
 3. otherwise the constant is not linked, and its triplets are dropped.
+Before linking, a constant must be named in the question (`grounded`): small models copy entities
+from the prompt's examples into their triplets, and such a constant links to a real node that has
+nothing to do with the question.
 Triplets between two constants are skipped (nothing to substitute), unknown relations and node
 types are ignored (None), and triplets not connected to the target variable are left out: they
 cannot change the target's candidates.
@@ -34,6 +37,7 @@ class LinkSettings:
     ratio: float = 0.8           # difflib ratio of normalised names needed to link
     cosine: float = 0.85         # or the embedding cosine similarity of the names
     model: str | None = None     # embedding model for names (default all-MiniLM-L6-v2)
+    grounding: float = 0.5       # share of a constant's words the question must contain (0: no check)
 
 
 @dataclass
@@ -44,6 +48,7 @@ class Link:
     how: str | None = None               # exact | string | embedding; None: not linked
     names: list[str] = field(default_factory=list)
     score: float | None = None
+    grounded: bool = True                # False: the question does not name it, so it was not linked
 
     def as_json(self) -> dict:
         return asdict(self)
@@ -61,10 +66,31 @@ class Prepared:
     def linked(self) -> bool:
         return self.problem is not None and len(self.problem.triplets) > 0
 
+    def with_target_type(self, node_type: str | None) -> "Prepared":
+        """The same problem with the target variable given `node_type` (answer_type.choose)."""
+        problem = self.problem
+        if problem is not None:
+            problem = Problem(problem.variables | {self.target: node_type}, problem.triplets)
+        return Prepared(problem, self.target, node_type, self.links, self.dropped)
+
 
 def normalize(name: str) -> str:
     """Python's twin of stark.focus_normalize: runs of characters other than letters and digits become one space."""
     return re.sub(r"[\W_]+", " ", name.lower()).strip()
+
+
+def grounded(constant: str, question: str, share: float) -> bool:
+    """Whether at least `share` of the constant's words occur in the question. A word of five or
+    more characters also counts when a question word shares its first five (plural, -ase/-ases)."""
+    words = normalize(constant).split()
+    if share <= 0:
+        return True
+    if not words:
+        return False
+    present = set(normalize(question).split())
+    stems = {w[:5] for w in present if len(w) >= 5}
+    found = sum(1 for w in words if w in present or (len(w) >= 5 and w[:5] in stems))
+    return found / len(words) >= share
 
 
 def link_constant(conn: psycopg.Connection, skb: str, constant: str, node_type: str | None,
@@ -100,14 +126,16 @@ def link_constant(conn: psycopg.Connection, skb: str, constant: str, node_type: 
 
 
 def prepare(conn: psycopg.Connection, skb: str, reply: TripletReply, skb_schema: Schema,
-            settings: LinkSettings) -> Prepared:
+            settings: LinkSettings, question: str | None = None) -> Prepared:
+    """The substitution problem of `reply`; with `question`, constants it does not name are dropped."""
     node_types, relations = set(skb_schema.node_types), skb_schema.relation_names
     variables: dict[str, str | None] = {}
     links: dict[tuple[str, str | None], Link] = {}
     kept: list[tuple[object, str | None, object, dict]] = []
     dropped: list[dict] = []
+    ungrounded: set[tuple[str, str | None]] = set()
     for raw in reply.triplets:
-        ends = []
+        ends, off_question = [], False
         for end, end_type in ((raw.head, raw.head_type), (raw.tail, raw.tail_type)):
             end_type = end_type if end_type in node_types else None
             name = variable_name(end)
@@ -118,9 +146,17 @@ def prepare(conn: psycopg.Connection, skb: str, reply: TripletReply, skb_schema:
             else:
                 key = (end, end_type)
                 if key not in links:
-                    links[key] = link_constant(conn, skb, end, end_type, settings)
+                    if question is not None and not grounded(end, question, settings.grounding):
+                        links[key] = Link(end, end_type, grounded=False)
+                        ungrounded.add(key)
+                    else:
+                        links[key] = link_constant(conn, skb, end, end_type, settings)
                 ends.append(links[key].node_ids)
+                off_question |= key in ungrounded
         shown = raw.model_dump()
+        if off_question:
+            dropped.append(shown | {"reason": "a constant the question does not name"})
+            continue
         if any(isinstance(e, tuple) and not e for e in ends):
             dropped.append(shown | {"reason": "a constant links to no node"})
             continue
