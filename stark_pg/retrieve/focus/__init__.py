@@ -67,8 +67,7 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
         raise ValueError(f"4stepfocus examples must be 0 or more, not {o.examples}")
     if o.type_weight < 0 or o.type_k <= 0:
         raise ValueError(f"4stepfocus type_weight must be 0 or more and type_k positive, not {o.type_weight}, {o.type_k}")
-    if not 0.0 <= o.llm_type_share <= 1.0:
-        raise ValueError(f"4stepfocus llm_type_share must be between 0 and 1, not {o.llm_type_share}")
+    answer_type.check_share(o.llm_type_share)            # before the LLM call, not after it
     skb_id = require_skb(conn, skb)
     model = canonical_name(o.model)
     client = client_from_options(conn, llm=o.llm, base_url=o.base_url, cache=o.cache)

@@ -65,10 +65,14 @@ def votes(conn: psycopg.Connection, skb: str, query: str, vector: np.ndarray, *,
                                                                   model=model, question=query)]
 
 
-def belief(llm_type: str | None, voted: list[tuple[str, float]], llm_type_share: float = 0.5) -> TypeBelief:
-    """The mixture; a source that says nothing leaves the whole mass to the other."""
+def check_share(llm_type_share: float) -> None:
     if not 0.0 <= llm_type_share <= 1.0:
         raise ValueError(f"4stepfocus llm_type_share must be between 0 and 1, not {llm_type_share}")
+
+
+def belief(llm_type: str | None, voted: list[tuple[str, float]], llm_type_share: float = 0.5) -> TypeBelief:
+    """The mixture; a source that says nothing leaves the whole mass to the other."""
+    check_share(llm_type_share)
     llm_share = llm_type_share if voted else 1.0
     if llm_type is None:
         llm_share = 0.0

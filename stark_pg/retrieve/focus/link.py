@@ -133,7 +133,6 @@ def prepare(conn: psycopg.Connection, skb: str, reply: TripletReply, skb_schema:
     links: dict[tuple[str, str | None], Link] = {}
     kept: list[tuple[object, str | None, object, dict]] = []
     dropped: list[dict] = []
-    ungrounded: set[tuple[str, str | None]] = set()
     for raw in reply.triplets:
         ends, off_question = [], False
         for end, end_type in ((raw.head, raw.head_type), (raw.tail, raw.tail_type)):
@@ -148,11 +147,10 @@ def prepare(conn: psycopg.Connection, skb: str, reply: TripletReply, skb_schema:
                 if key not in links:
                     if question is not None and not grounded(end, question, settings.grounding):
                         links[key] = Link(end, end_type, grounded=False)
-                        ungrounded.add(key)
                     else:
                         links[key] = link_constant(conn, skb, end, end_type, settings)
                 ends.append(links[key].node_ids)
-                off_question |= key in ungrounded
+                off_question |= not links[key].grounded
         shown = raw.model_dump()
         if off_question:
             dropped.append(shown | {"reason": "a constant the question does not name"})
