@@ -25,18 +25,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from retrieval_benchmark import RANDOM_MODEL, fill_random_vectors  # noqa: E402
+from retrieval_benchmark import RANDOM_MODEL, fill_random_vectors, percentiles  # noqa: E402
 
 from stark_pg.db import connect  # noqa: E402
 from stark_pg.embed import canonical_name, encode  # noqa: E402
 from stark_pg.resources import queries as sql  # noqa: E402
 from stark_pg.skb.catalog import require_skb  # noqa: E402
-
-
-def percentiles(values: list[float]) -> dict:
-    values = sorted(values)
-    return {"p50": round(statistics.median(values), 2), "p95": round(values[int(0.95 * (len(values) - 1))], 2),
-            "max": round(values[-1], 2)}
 
 
 def main() -> None:
@@ -84,7 +78,7 @@ def main() -> None:
                 assert len(rows) == min(args.k, len(node_ids))
     print(json.dumps({"skb": args.skb, "queries": len(vectors), "k": args.k,
                       "nodes_of_bonus_types_median": statistics.median(scanned),
-                      **{label: percentiles(values) for label, values in timings.items()}}, indent=1))
+                      **{label: percentiles(values) | {"max": round(max(values), 2)} for label, values in timings.items()}}, indent=1))
 
 
 if __name__ == "__main__":
