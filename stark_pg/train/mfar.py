@@ -222,8 +222,7 @@ def fit_gate(train: list[QueryFeatures], stop: list[QueryFeatures], settings: Tr
             return metrics.mean_metrics([ranking_metrics(f, scores_of(vector, standardised).numpy())
                                          for f, (vector, standardised, _) in zip(stop, stop_t)])
 
-    history = [{"epoch": 0, "loss": None, **{f"{settings.early_stop_split}_{k}": round(v, 4)
-                                              for k, v in stop_metrics().items()}}]
+    history = [epoch_record(0, None, 0, settings.early_stop_split, stop_metrics())]
     best = (history[0][f"{settings.early_stop_split}_mrr"], 0, _snapshot(gate, log_gamma))
     with progress.stage("epochs", total=settings.epochs) as stage:
         for epoch in range(1, settings.epochs + 1):
@@ -245,8 +244,7 @@ def fit_gate(train: list[QueryFeatures], stop: list[QueryFeatures], settings: Tr
                 optimizer.step()
                 total += float(loss.detach()) * len(losses)
             measured = stop_metrics()
-            history.append({"epoch": epoch, "loss": round(total / max(len(train_t), 1), 5),
-                            **{f"{settings.early_stop_split}_{k}": round(v, 4) for k, v in measured.items()}})
+            history.append(epoch_record(epoch, total, len(train_t), settings.early_stop_split, measured))
             if measured["mrr"] > best[0]:
                 best = (measured["mrr"], epoch, _snapshot(gate, log_gamma))
             stage.advance()
@@ -257,6 +255,13 @@ def fit_gate(train: list[QueryFeatures], stop: list[QueryFeatures], settings: Tr
 
 
 STOP_METRICS = ("hit@1", "hit@5", "recall@20", "mrr")
+
+
+def epoch_record(epoch: int, loss_total: float | None, count: int, split: str, measured: dict) -> dict:
+    """One row of a training history (stored with the model): the epoch, its mean loss (None before
+    training) and the early-stopping metrics prefixed with their split, e.g. `val_mrr`."""
+    loss = None if loss_total is None else round(loss_total / max(count, 1), 5)
+    return {"epoch": epoch, "loss": loss, **{f"{split}_{k}": round(v, 4) for k, v in measured.items()}}
 
 
 def contrastive_loss(logits, is_answer):

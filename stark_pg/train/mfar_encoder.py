@@ -26,7 +26,7 @@ from stark_pg.embed import fresh_model
 from stark_pg.eval import metrics
 from stark_pg.index.dense import find_model, statement
 from stark_pg.progress import NullReporter, Reporter
-from stark_pg.train.mfar import contrastive_loss, gate_arrays, ranking_metrics
+from stark_pg.train.mfar import contrastive_loss, epoch_record, gate_arrays, ranking_metrics
 from stark_pg.train.mfar_model import Pair, gate_softmax
 
 HARD_NEGATIVES = 31
@@ -165,8 +165,7 @@ def finetune_query_encoder(conn: psycopg.Connection, skb: str, skb_id: int, name
                 optimizer.step()
                 total += float(loss.detach()) * len(losses)
             measured = stop_metrics()
-            history.append({"epoch": epoch, "loss": round(total / max(len(prepared), 1), 5),
-                            **{key + k: round(v, 4) for k, v in measured.items()}})
+            history.append(epoch_record(epoch, total, len(prepared), settings.early_stop_split, measured))
             if measured["mrr"] > best[0]:
                 best = (measured["mrr"], epoch, copy.deepcopy(encoder.state_dict()), gate_arrays(gate))
             stage.advance()
