@@ -6,6 +6,7 @@ import typer
 from rich.table import Table
 
 from stark_pg.cli.common import fail, out, print_json, reporter, state
+from stark_pg.retrieve import METHODS
 
 
 def register(app: typer.Typer) -> None:
@@ -66,8 +67,7 @@ def search(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="The SKB to search."),
     query: str = typer.Argument(..., help="The question, in natural language."),
-    method: str = typer.Option("hybrid", "--method", "-m", help="bm25 | vss | multivss | hybrid | mfar | vss+rerank | "
-                                                                 "4stepfocus."),
+    method: str = typer.Option("hybrid", "--method", "-m", help=" | ".join(METHODS) + " (README: Methods)."),
     k: int = typer.Option(10, "-k", help="Number of results."),
     option: list[str] = typer.Option(None, "--option", "-o", help="A method setting KEY=VALUE, repeatable; e.g. "
                                                                   "-o field=description (bm25), -o exact=true (vss), "

@@ -38,6 +38,11 @@ METHODS = {
     "mfar": "stark_pg.retrieve.mfar",
     "vss+rerank": "stark_pg.retrieve.vss_rerank",
     "4stepfocus": "stark_pg.retrieve.focus",
+    "prf": "stark_pg.retrieve.expand.prf",
+    "hyde": "stark_pg.retrieve.expand.hyde",
+    "rar": "stark_pg.retrieve.expand.rar",
+    "agr": "stark_pg.retrieve.expand.agr",
+    "kar": "stark_pg.retrieve.expand.kar",
 }
 
 

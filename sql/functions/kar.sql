@@ -1,0 +1,100 @@
+-- KAR (Xia et al. 2024), steps 3-4 in SQL: relation propagation from the nodes a query's entities
+-- matched, and document-based relation filtering (DRF) of the neighbours found.
+--
+-- From each anchor node, hop by hop (at most `hops`):
+--   * the next hop's nodes are those one edge away from the previous hop's kept nodes (outgoing edges,
+--     or either direction unless `directed`) that this anchor has not reached before (the anchor itself
+--     and every node discovered at an earlier hop, kept or not: a node is reported at its shortest hop);
+--   * a node reached from several kept nodes takes its path through the smallest predecessor id, then
+--     the alphabetically first relation (the tie rule that makes the result deterministic);
+--   * each node scores the cosine similarity of its document vector to `query` (NULL without a query,
+--     or for a node without a vector);
+--   * per anchor, only the `per_hop_cap` best of the hop (similarity descending, NULLs last, then node
+--     id) are kept and expanded further, so a hub cannot explode the next hop. NULL: no cap.
+-- Finally DRF keeps, per anchor, the `k` best neighbours over all hops (similarity descending, NULLs
+-- last, then hop, then node id); NULL k keeps them all.
+--
+-- One statement runs, one common table expression per hop, built for the requested number of hops
+-- (`stark.kar_neighbours_sql` returns it, for traces and EXPLAIN). The SKB id is inlined as a literal,
+-- so only its edge partition and vectors are read; no temporary tables.
+
+create or replace function stark.kar_neighbours_sql(skb int, vectors text, hops int, directed boolean)
+returns text
+language plpgsql immutable as $$
+declare
+    body text := format('anchors as (select distinct a as anchor from unnest($1::bigint[]) a where a is not null), '
+                        'k0 as (select anchor, anchor as node, 0 as hop, array[]::text[] as relations, '
+                        'array[]::bigint[] as path, null::double precision as similarity from anchors)');
+    edges text;
+    seen text := 'select anchor, node from k0';
+    score text;
+begin
+    if directed then
+        edges := format('(select e.src, e.relation, e.dst from stark.edge e where e.skb_id = %s)', skb);
+    else
+        edges := format('(select e.src, e.relation, e.dst from stark.edge e where e.skb_id = %1$s '
+                        'union all select e.dst, e.relation, e.src from stark.edge e where e.skb_id = %1$s)', skb);
+    end if;
+    if vectors is null then
+        score := 'null::double precision';
+    else
+        score := format('(select 1 - (d.vec <=> $2) from stark.%I d where d.skb_id = %s and d.node_id = s.node)',
+                        vectors, skb);
+    end if;
+    for h in 1..hops loop
+        body := body || format(
+            ', s%1$s as (select distinct on (f.anchor, e.dst) f.anchor, e.dst as node, %1$s as hop, '
+            '    f.relations || e.relation as relations, f.path || e.dst as path '
+            '  from k%2$s f cross join lateral (select x.relation, x.dst from %3$s x where x.src = f.node) e '
+            '  where not exists (select 1 from (%4$s) v where v.anchor = f.anchor and v.node = e.dst) '
+            '  order by f.anchor, e.dst, f.node, e.relation), '
+            'r%1$s as (select s.*, %5$s as similarity from s%1$s s), '
+            'k%1$s as materialized (select anchor, node, hop, relations, path, similarity from '
+            '  (select r.*, row_number() over (partition by r.anchor order by r.similarity desc nulls last, r.node) as i '
+            '   from r%1$s r) c where $4::int is null or c.i <= $4)',
+            h, h - 1, edges, seen, score);
+        seen := seen || format(' union all select anchor, node from s%s', h);
+    end loop;
+    return 'with ' || body || ', found as (' ||
+           (select string_agg(format('select * from k%s', h), ' union all ') from generate_series(1, hops) h) ||
+           ') select anchor, hop, relations, path, node, similarity, rank::int from '
+           '(select found.*, row_number() over (partition by anchor order by similarity desc nulls last, hop, node) '
+           'as rank from found) ranked where $3::int is null or rank <= $3 order by anchor, rank';
+end
+$$;
+comment on function stark.kar_neighbours_sql(int, text, int, boolean) is
+    'Internal: the one statement stark.kar_neighbours runs (skb id, vector table or NULL, hops, directed).';
+
+create or replace function stark.kar_neighbours(skb_name text, node_ids bigint[], hops int default 2,
+                                                query vector default null, k int default 10,
+                                                per_hop_cap int default 100,
+                                                model text default 'all-MiniLM-L6-v2',
+                                                directed boolean default false)
+returns table (anchor bigint, hop int, relations text[], path bigint[], neighbour bigint,
+               similarity double precision, rank int)
+language plpgsql stable as $$
+declare
+    skb int := stark.skb_id(skb_name);
+    vectors text;
+begin
+    if skb is null then
+        raise exception 'no SKB named %', coalesce(quote_literal(skb_name), 'NULL');
+    end if;
+    if hops is null or hops < 1 or hops > 6 then
+        raise exception 'kar_neighbours hops must be between 1 and 6, not %', coalesce(hops::text, 'NULL');
+    end if;
+    if k is not null and k < 1 then
+        raise exception 'kar_neighbours k must be positive (or NULL for all), not %', k;
+    end if;
+    if per_hop_cap is not null and per_hop_cap < 1 then
+        raise exception 'kar_neighbours per_hop_cap must be positive (or NULL for no cap), not %', per_hop_cap;
+    end if;
+    if query is not null then
+        vectors := (stark.dense_target(skb_name, model, query, false)).tbl;
+    end if;
+    return query execute stark.kar_neighbours_sql(skb, vectors, hops, coalesce(directed, false))
+        using node_ids, query, k, per_hop_cap;
+end
+$$;
+comment on function stark.kar_neighbours(text, bigint[], int, vector, int, int, text, boolean) is
+    'KAR relation propagation + DRF: per anchor node, the k neighbours within `hops` most similar to `query`, with their relation paths.';

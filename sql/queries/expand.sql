@@ -1,0 +1,43 @@
+-- Named statements of the query-expansion methods (stark_pg/retrieve/expand/: prf, hyde, rar, agr, kar);
+-- KAR's graph function is in sql/functions/kar.sql.
+
+-- name: expand_type_fields(skb_id)
+-- Each node type with its node count and the text fields its nodes carry (most common first): the
+-- "document structures" the expansion prompts describe.
+with typed as (select n.type, count(*) as nodes from stark.node n where n.skb_id = :skb_id group by n.type),
+fields as (select n.type, f.field, count(*) as n
+           from stark.node_field f join stark.node n on n.skb_id = f.skb_id and n.node_id = f.node_id
+           where f.skb_id = :skb_id group by n.type, f.field)
+select t.type, t.nodes,
+       coalesce((select array_agg(f.field order by f.n desc, f.field) from fields f where f.type = t.type), '{}')
+from typed t
+order by t.nodes desc, t.type;
+
+-- name: expand_relations(skb_id)
+-- Relation names with the node types they join, most frequent first, for the prompts.
+select e.relation, h.type as head_type, t.type as tail_type
+from stark.edge e
+join stark.node h on h.skb_id = e.skb_id and h.node_id = e.src
+join stark.node t on t.skb_id = e.skb_id and t.node_id = e.dst
+where e.skb_id = :skb_id
+group by e.relation, h.type, t.type
+order by count(*) desc, e.relation, h.type, t.type;
+
+-- name: expand_documents(skb, node_ids)
+-- The rendered documents (name, type, text fields) of some nodes, with their names and types.
+select n.node_id, n.name, n.type, stark.render_document(n.skb_id, n.node_id, false)
+from stark.node n
+where n.skb_id = stark.skb_id(:skb) and n.node_id = any(:node_ids);
+
+-- name: kar_neighbours(skb, node_ids, hops, embedding, k, per_hop_cap, model, directed)
+-- KAR steps 3-4: per anchor, the k neighbours within `hops` most similar to the query.
+select anchor, hop, relations, path, neighbour, similarity, rank
+from stark.kar_neighbours(:skb, cast(:node_ids as bigint[]), :hops, :embedding, :k, :per_hop_cap, :model,
+                          :directed);
+
+-- name: kar_neighbours_sql(skb, hops, model, with_query, directed)$
+-- The statement stark.kar_neighbours runs, for traces.
+select stark.kar_neighbours_sql(stark.skb_id(:skb),
+                                case when :with_query then (select doc_table from stark.embedding_model
+                                                            where name = :model) end,
+                                :hops, :directed);

@@ -1,0 +1,218 @@
+"""`stark.kar_neighbours` (KAR steps 3-4 in SQL) against a plain-Python breadth-first reference
+(tests/kar_reference.py), on the real slice and on generated graphs whose vectors tie on purpose, so
+that the cap's and DRF's tie rules decide; and DRF's order against numpy's cosine order."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import psycopg
+import pytest
+
+from kar_reference import cosines, kar_neighbours as reference
+from stark_pg.db import connect
+from stark_pg.index.dense import ModelTables, statement
+
+SLICE = "stark-prime-ibd"
+TOY_MODEL = "toy-4d"
+# Vectors from a few exactly representable values: many nodes share one, so similarities tie exactly.
+TOY_VECTORS = [(1, 0, 0, 0), (0.5, 0.5, 0, 0), (0, 1, 0, 0), (0.5, 0, 0.5, 0), (0, 0, 0, 1), (-1, 0, 0, 0)]
+
+
+def run_sql(conn, skb: str, anchors, hops: int, query, k, cap, model: str, directed: bool = False) -> list[tuple]:
+    rows = conn.execute("select anchor, hop, relations, path, neighbour, similarity, rank "
+                        "from stark.kar_neighbours(%s, %s::bigint[], %s, %s::vector, %s, %s, %s, %s)",
+                        (skb, list(anchors), hops, None if query is None else str(list(map(float, query))), k, cap,
+                         model, directed)).fetchall()
+    return [tuple(r) for r in rows]
+
+
+def assert_same(got: list[tuple], want: list[tuple]) -> None:
+    assert [r[:5] + (r[6],) for r in got] == [r[:5] + (r[6],) for r in want]
+    for g, w in zip(got, want):
+        assert (g[5] is None) == (w[5] is None)
+        if g[5] is not None:
+            assert g[5] == pytest.approx(w[5], abs=1e-6)
+
+
+# ------------------------------------------------------------------------------------------------
+# The real slice (MiniLM document vectors)
+
+@pytest.fixture(scope="module")
+def slice_graph(ibd_indexed_url):
+    with connect(ibd_indexed_url) as conn:
+        skb_id = conn.execute("select stark.skb_id(%s)", (SLICE,)).fetchone()[0]
+        edges = conn.execute("select src, relation, dst from stark.edge where skb_id = %s", (skb_id,)).fetchall()
+        vectors = {int(n): np.array(json.loads(v), dtype=np.float32) for n, v in conn.execute(
+            "select node_id, vec::text from stark.emb_doc_1 where skb_id = %s", (skb_id,))}
+    return ibd_indexed_url, edges, vectors
+
+
+def sql_similarities(conn, anchors, hops, query, directed=False) -> dict[int, float]:
+    """Every reachable node's similarity as the SQL computed it (uncapped, all of them): the reference
+    ranks by these, so that floating-point near-ties cannot make the comparison flaky; the order
+    against numpy's own cosines is checked separately below."""
+    return {r[4]: r[5] for r in run_sql(conn, SLICE, anchors, hops, query, None, None, "all-MiniLM-L6-v2", directed)}
+
+
+@pytest.mark.parametrize("hops,k,cap", [(1, 10, None), (2, 10, 100), (2, 10, 5), (2, None, 3), (3, 5, 20)])
+def test_slice_equals_reference(slice_graph, hops, k, cap):
+    url, edges, vectors = slice_graph
+    rng = random.Random(hops * 100 + (cap or 0))
+    nodes_with_edges = sorted({s for s, _, _ in edges})
+    with connect(url) as conn:
+        for _ in range(12):
+            anchors = rng.sample(nodes_with_edges, rng.randint(1, 3))
+            query = vectors[rng.choice(sorted(vectors))]
+            sims = sql_similarities(conn, anchors, hops, query)
+            got = run_sql(conn, SLICE, anchors, hops, query, k, cap, "all-MiniLM-L6-v2")
+            assert_same(got, reference(edges, sims, anchors, hops, k, cap))
+            assert got, "anchors with edges have neighbours"
+
+
+def test_slice_without_query_equals_reference(slice_graph):
+    """No query vector (KAR w/o DRF asks for this): no similarities; the cap and the order fall to node ids."""
+    url, edges, _ = slice_graph
+    rng = random.Random(7)
+    with connect(url) as conn:
+        for _ in range(10):
+            anchors = rng.sample(sorted({s for s, _, _ in edges}), 2)
+            got = run_sql(conn, SLICE, anchors, 2, None, None, 15, "all-MiniLM-L6-v2")
+            assert_same(got, reference(edges, {}, anchors, 2, None, 15))
+            assert all(r[5] is None for r in got)
+
+
+def test_drf_order_equals_numpy_cosine_order(slice_graph):
+    url, edges, vectors = slice_graph
+    rng = random.Random(3)
+    with connect(url) as conn:
+        for _ in range(10):
+            anchors = rng.sample(sorted({s for s, _, _ in edges}), 2)
+            query = vectors[rng.choice(sorted(vectors))]
+            numpy_cos = cosines(vectors, query)
+            rows = run_sql(conn, SLICE, anchors, 2, query, None, None, "all-MiniLM-L6-v2")
+            for anchor in anchors:
+                mine = [r for r in rows if r[0] == anchor]
+                assert [r[6] for r in mine] == list(range(1, len(mine) + 1))
+                sims = [numpy_cos[r[4]] for r in mine]
+                assert [r[5] for r in mine] == pytest.approx(sims, abs=1e-5)
+                # ranks follow numpy's cosine, descending (up to float noise between near-equal values)
+                assert all(a >= b - 1e-6 for a, b in zip(sims, sims[1:]))
+                # and the top 10 by numpy are the top 10 the SQL keeps (ties at the border aside)
+                by_numpy = sorted(mine, key=lambda r: -numpy_cos[r[4]])[:10]
+                assert {r[4] for r in mine[:10]} == {r[4] for r in by_numpy} or \
+                    abs(numpy_cos[mine[9][4]] - numpy_cos[by_numpy[9][4]]) < 1e-6
+
+
+# ------------------------------------------------------------------------------------------------
+# Generated graphs with tied vectors
+
+def toy_bundle(directory, rng: random.Random, n_nodes: int, n_edges: int, both_ways: bool) -> list[tuple]:
+    directory.mkdir()
+    with open(directory / "nodes.jsonl", "w") as f:
+        for i in range(1, n_nodes + 1):
+            f.write(json.dumps({"id": i, "type": rng.choice(["a", "b", "c"]), "name": f"n{i}", "fields": {}}) + "\n")
+    edges = set()
+    hubs = [1, 2]                                 # two hubs, so the cap matters
+    while len(edges) < n_edges:
+        src = rng.choice(hubs) if rng.random() < 0.3 else rng.randint(1, n_nodes)
+        dst = rng.randint(1, n_nodes)
+        if src != dst:
+            relation = rng.choice(["r1", "r2", "r3"])
+            edges.add((src, relation, dst))
+            if both_ways:
+                edges.add((dst, relation, src))
+    with open(directory / "edges.tsv", "w") as f:
+        f.write("src\trelation\tdst\n")
+        f.writelines(f"{s}\t{r}\t{d}\n" for s, r, d in sorted(edges))
+    (directory / "queries.csv").write_text("id,query,answer_ids,split\n1,q,[1],train\n")
+    return sorted(edges)
+
+
+def toy_vectors(conn, skb_id: int, n_nodes: int, rng: random.Random) -> dict[int, np.ndarray]:
+    """A 4-d pseudo model; a tenth of the nodes get no vector (similarity NULL)."""
+    row = conn.execute("select model_id, doc_table, chunk_table from stark.embedding_model where name = %s",
+                       (TOY_MODEL,)).fetchone()
+    if row is None:
+        row = conn.execute("insert into stark.embedding_model (name, dim, doc_table, chunk_table) "
+                           "values (%s, 4, 'emb_doc_toy', 'emb_chunk_toy') returning model_id, doc_table, chunk_table",
+                           (TOY_MODEL,)).fetchone()
+        conn.execute(statement("create_tables", ModelTables(row[0], TOY_MODEL, 4, row[1], row[2])))
+    vectors = {}
+    for node in range(1, n_nodes + 1):
+        if rng.random() < 0.1:
+            continue
+        vectors[node] = np.array(rng.choice(TOY_VECTORS), dtype=np.float64)
+        conn.execute(f"insert into stark.{row[1]} (skb_id, node_id, doc_hash, vec) values (%s, %s, 'toy', %s)",
+                     (skb_id, node, str(list(vectors[node]))))
+    return vectors
+
+
+@pytest.mark.parametrize("seed,both_ways", [(1, True), (2, False), (3, True), (4, False)])
+def test_generated_graphs_equal_reference(conn, tmp_path, seed, both_ways):
+    from loaders.bundle import BundleSource
+    from stark_pg.skb.store import load_skb
+
+    rng = random.Random(seed)
+    n_nodes = 120
+    edges = toy_bundle(tmp_path / f"toy{seed}", rng, n_nodes, 500, both_ways)
+    skb_id = load_skb(conn, BundleSource(tmp_path / f"toy{seed}")).skb_id
+    vectors = toy_vectors(conn, skb_id, n_nodes, rng)
+    skb = f"toy{seed}"
+    ties = 0
+    for trial in range(30):
+        anchors = rng.sample([1, 2, *range(3, n_nodes + 1)], rng.randint(1, 3))
+        if trial % 3 == 0:
+            anchors[0] = 1                                   # a hub
+        query = np.array(rng.choice(TOY_VECTORS[:5]), dtype=np.float64)
+        hops, k, cap = rng.choice([1, 2, 3]), rng.choice([None, 3, 10]), rng.choice([None, 1, 4, 25])
+        directed = rng.random() < 0.5
+        sims = cosines(vectors, query)
+        got = run_sql(conn, skb, anchors, hops, query, k, cap, TOY_MODEL, directed)
+        want = reference(edges, sims, anchors, hops, k, cap, directed)
+        assert_same(got, want)
+        values = [r[5] for r in got]
+        ties += len(values) - len(set(values))
+    assert ties > 0, "the generated vectors should produce tied similarities"
+
+
+def test_cap_keeps_the_most_similar_and_breaks_ties_by_node_id(conn, tmp_path):
+    """A star: anchor 1 linked to 2..9; with cap 3 the three most similar are kept, and among equals
+    the smaller node ids; only the kept nodes are expanded (node 10 hangs off a dropped one)."""
+    from loaders.bundle import BundleSource
+    from stark_pg.skb.store import load_skb
+
+    d = tmp_path / "star"
+    d.mkdir()
+    (d / "nodes.jsonl").write_text("".join(json.dumps({"id": i, "type": "t", "name": f"n{i}", "fields": {}}) + "\n"
+                                           for i in range(1, 12)))
+    (d / "edges.tsv").write_text("src\trelation\tdst\n" + "".join(f"1\tr\t{i}\n" for i in range(2, 10))
+                                 + "9\tr\t10\n3\tr\t11\n")
+    (d / "queries.csv").write_text("id,query,answer_ids,split\n1,q,[1],train\n")
+    skb_id = load_skb(conn, BundleSource(d)).skb_id
+    rng = random.Random(0)
+    toy_vectors(conn, skb_id, 0, rng)                        # registers the model only
+    table = conn.execute("select doc_table from stark.embedding_model where name = %s", (TOY_MODEL,)).fetchone()[0]
+    same, worse = "[0.5,0.5,0,0]", "[0,0,0,1]"
+    for node, vec in [(2, worse), (3, same), (4, same), (5, same), (6, same), (7, worse), (8, worse), (9, worse),
+                      (10, "[1,0,0,0]"), (11, worse)]:
+        conn.execute(f"insert into stark.{table} (skb_id, node_id, doc_hash, vec) values (%s, %s, 'toy', %s)",
+                     (skb_id, node, vec))
+    rows = run_sql(conn, "star", [1], 2, [1, 0, 0, 0], None, 3, TOY_MODEL)
+    hop1 = [r[4] for r in rows if r[1] == 1]
+    assert sorted(hop1) == [3, 4, 5]                         # equal similarity: smallest ids win
+    assert [r[4] for r in rows if r[1] == 2] == [11]         # 10 hangs off 9, which the cap dropped
+    uncapped = run_sql(conn, "star", [1], 2, [1, 0, 0, 0], 1, None, TOY_MODEL)
+    assert [(r[4], r[3]) for r in uncapped] == [(10, [9, 10])]
+
+
+def test_bad_arguments_are_named(conn):
+    with pytest.raises(psycopg.errors.RaiseException, match="no SKB named 'nope'"):
+        conn.execute("select * from stark.kar_neighbours('nope', array[1]::bigint[])")
+    for args, message in [("hops => 0", "hops must be between 1 and 6"), ("k => 0", "k must be positive"),
+                          ("per_hop_cap => -1", "per_hop_cap must be positive")]:
+        with pytest.raises(psycopg.errors.RaiseException, match=message):
+            conn.execute("insert into stark.skb (name) values ('x') on conflict do nothing")
+            conn.execute(f"select * from stark.kar_neighbours('x', array[1]::bigint[], {args})")
