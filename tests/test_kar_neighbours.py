@@ -146,7 +146,7 @@ def toy_vectors(conn, skb_id: int, n_nodes: int, rng: random.Random) -> dict[int
             continue
         vectors[node] = np.array(rng.choice(TOY_VECTORS), dtype=np.float64)
         conn.execute(f"insert into stark.{row[1]} (skb_id, node_id, doc_hash, vec) values (%s, %s, 'toy', %s)",
-                     (skb_id, node, str(list(vectors[node]))))
+                     (skb_id, node, str([float(x) for x in vectors[node]])))
     return vectors
 
 

@@ -41,3 +41,15 @@ select stark.kar_neighbours_sql(stark.skb_id(:skb),
                                 case when :with_query then (select doc_table from stark.embedding_model
                                                             where name = :model) end,
                                 :hops, :directed);
+
+-- name: kar_named_nodes(skb, names)
+-- Nodes whose name equals one of `names` but for case (through node_lower_name_idx): an entity the
+-- query names exactly is that node, whatever the embedding search says (embeddings confuse SMAD2 and SMAD3).
+select lower(n.name), n.node_id, n.type
+from stark.node n
+where n.skb_id = stark.skb_id(:skb) and lower(n.name) = any(:names)
+order by n.node_id;
+
+-- name: kar_node_vector(skb, node_id, model)$
+-- A node's document vector (NULL if it has none), for the cosine of an entity matched by name.
+select stark.node_vector(:skb, :node_id, :model);

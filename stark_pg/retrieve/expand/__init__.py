@@ -27,7 +27,7 @@ import numpy as np
 import psycopg
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from stark_pg.embed import canonical_name, encode
+from stark_pg.embed import canonical_name, encode, encode_query
 from stark_pg.llm import LLMClient, LLMInvalidOutput, client_from_options
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Hit, Ranking
@@ -44,6 +44,7 @@ class RetrieverOptions:
     retriever: str = "vss"        # vss | bm25 | hybrid: retrieves the expanded query (and any first pass)
     combine: str = "concat"       # vss/hybrid: embed query + expansions as one text (concat) or average vectors (mean)
     model: str | None = None      # embedding model (default all-MiniLM-L6-v2)
+    query_weight: float = 0.0     # vss/hybrid: share of the plain query's embedding mixed in (0: the papers')
 
 
 @dataclass
@@ -58,6 +59,8 @@ def check(o: RetrieverOptions) -> None:
         raise ValueError(f"retriever must be one of {', '.join(RETRIEVERS)}, not {o.retriever!r}")
     if o.combine not in COMBINES:
         raise ValueError(f"combine must be one of {', '.join(COMBINES)}, not {o.combine!r}")
+    if not 0.0 <= o.query_weight <= 1.0:
+        raise ValueError(f"query_weight must be between 0 and 1, not {o.query_weight}")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -69,13 +72,23 @@ def expanded_text(query: str, expansions: list[str]) -> str:
 
 def query_vector(query: str, expansions: list[str], o: RetrieverOptions) -> np.ndarray:
     """`concat`: the embedding of query and expansions as one text (what the KAR paper embeds);
-    `mean`: the normalised mean of their separate embeddings (HyDE's way; no truncation of long texts)."""
+    `mean`: the normalised mean of their separate embeddings (HyDE's way; no truncation of long texts).
+    `query_weight` w > 0 mixes in the plain query's embedding: normalise(w q + (1 - w) expanded), so
+    that expansions naming the wrong entities cannot pull the query all the way to them."""
     model = canonical_name(o.model)
-    if o.combine == "concat" or not expansions:
-        return encode([expanded_text(query, expansions)], model)[0]
-    vectors = encode([query, *expansions], model)
-    mean = vectors.mean(axis=0)
-    return (mean / max(float(np.linalg.norm(mean)), 1e-12)).astype(np.float32)
+    if not expansions:
+        return encode_query(query, model)
+    if o.combine == "concat":
+        expanded = encode([expanded_text(query, expansions)], model)[0]
+    else:
+        expanded = _unit(encode([query, *expansions], model).mean(axis=0))
+    if o.query_weight == 0:
+        return expanded
+    return _unit(o.query_weight * encode_query(query, model) + (1 - o.query_weight) * expanded)
+
+
+def _unit(vector: np.ndarray) -> np.ndarray:
+    return (vector / max(float(np.linalg.norm(vector)), 1e-12)).astype(np.float32)
 
 
 def retrieve(conn: psycopg.Connection, skb: str, query: str, expansions: list[str], o: RetrieverOptions,
@@ -91,7 +104,7 @@ def retrieve(conn: psycopg.Connection, skb: str, query: str, expansions: list[st
         trace["sql"] = "stark.bm25_scores(skb_id, '*', query_and_expansions, 1.2, 0.75)"
     else:
         vector = query_vector(query, expansions, o)
-        trace["combine"] = o.combine
+        trace["combine"], trace["query_weight"] = o.combine, o.query_weight
         if o.retriever == "vss":
             rows = sql().vss_top(conn, skb=skb, embedding=vector, k=k, model=model, exact=False)
             trace["sql"] = "stark.vss(skb, embedding_of_query_and_expansions, k, model)"

@@ -3,9 +3,11 @@ Relational Retrieval"), section 4, with the graph work in PostgreSQL:
 
 1. Entity parsing: the LLM names the entities the query mentions, each with a node type from the
    SKB's document structures; the query itself is a pseudo-entity.
-2. Entity documents: each entity, written as a document ("name: ...\\ntype: ..."), is matched to the
-   node whose document vector is nearest (of the entity's type when it has one and a node of that type
-   is among the `match_pool` nearest); the pseudo-entity to the query's nearest node.
+2. Entity documents: an entity the SKB has a node of that very name (but for case) is that node;
+   any other, written as a document ("name: ...\\ntype: ..."), is matched to the node whose document
+   vector is nearest (of the entity's type when it has one and a node of that type is among the
+   `match_pool` nearest); the pseudo-entity to the query's nearest node. (The paper matches by
+   embedding alone; on a synthetic SKB MiniLM put the gene LOLA15 first for "LOLA20".)
 3-4. Relation propagation and document-based relation filtering (DRF) in one call of
    `stark.kar_neighbours` (sql/functions/kar.sql): the `hops`-hop neighbours of those nodes with
    their relation paths, capped at `per_hop_cap` per hop, and per anchor the `top_k` most similar
@@ -152,24 +154,42 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
 
 def match_entities(conn: psycopg.Connection, skb: str, query: str, vector: np.ndarray, entities: list[Entity],
                    type_names: set[str], o: Options) -> list[dict]:
-    """Each entity's node: the nearest document (of the entity's type if one is in the pool), by the
-    embedding of the entity written as a document; first the query itself (the pseudo-entity)."""
+    """Each entity's node: the node of that very name, else the nearest document (of the entity's type
+    if one is in the pool) by the embedding of the entity written as a document; first the query
+    itself (the pseudo-entity). Each anchor says `how` it was matched and its cosine."""
     model = canonical_name(o.model)
     out = []
     top = list(sql().vss_top(conn, skb=skb, embedding=vector, k=1, model=model, exact=False))
     out.append({"entity": query, "type": None, "pseudo": True, "node_id": int(top[0][0]) if top else None,
-                "similarity": float(top[0][1]) if top else None})
+                "similarity": float(top[0][1]) if top else None, "how": "embedding"})
     if not entities:
         return _named(conn, skb, out)
+    named: dict[str, list[tuple[int, str]]] = {}
+    for name, node_id, node_type in sql().kar_named_nodes(conn, skb=skb, names=[e.name.lower() for e in entities]):
+        named.setdefault(name, []).append((int(node_id), node_type))
     texts = [f"name: {e.name}" + (f"\ntype: {e.type}" if e.type in type_names else "") for e in entities]
     for entity, entity_vector in zip(entities, encode(texts, model)):
+        known_type = entity.type if entity.type in type_names else None
+        same_name = named.get(entity.name.lower(), [])
+        if same_name:                   # named exactly: that node (of the entity's type if several)
+            node_id = next((n for n, t in same_name if t == known_type), same_name[0][0])
+            node_vector = _node_vector(conn, skb, node_id, model)
+            similarity = float(entity_vector @ node_vector) if node_vector.size else None
+            out.append({"entity": entity.name, "type": known_type, "pseudo": False, "node_id": node_id,
+                        "similarity": similarity, "how": "name"})
+            continue
         pool = list(sql().vss_top(conn, skb=skb, embedding=entity_vector, k=o.match_pool, model=model, exact=False))
-        kinds = {} if entity.type not in type_names else _types(conn, skb, [int(n) for n, _ in pool])
-        chosen = next((row for row in pool if kinds.get(int(row[0])) == entity.type), pool[0] if pool else None)
-        out.append({"entity": entity.name, "type": entity.type if entity.type in type_names else None,
-                    "pseudo": False, "node_id": int(chosen[0]) if chosen else None,
-                    "similarity": float(chosen[1]) if chosen else None})
+        kinds = {} if known_type is None else _types(conn, skb, [int(n) for n, _ in pool])
+        chosen = next((row for row in pool if kinds.get(int(row[0])) == known_type), pool[0] if pool else None)
+        out.append({"entity": entity.name, "type": known_type, "pseudo": False,
+                    "node_id": int(chosen[0]) if chosen else None,
+                    "similarity": float(chosen[1]) if chosen else None, "how": "embedding"})
     return _named(conn, skb, out)
+
+
+def _node_vector(conn, skb: str, node_id: int, model: str) -> np.ndarray:
+    vector = sql().kar_node_vector(conn, skb=skb, node_id=node_id, model=model)
+    return np.zeros(0, dtype=np.float32) if vector is None else np.asarray(vector.to_numpy(), dtype=np.float32)
 
 
 def _types(conn, skb: str, node_ids: list[int]) -> dict[int, str]:
@@ -244,7 +264,8 @@ def explain(anchors: list[dict], rows: list[tuple], knowledge: str, o: Options) 
     entity_lines = []
     for a in anchors:
         label = "the query itself" if a["pseudo"] else f"{a['entity']!r}" + (f" ({a['type']})" if a["type"] else "")
-        node = (f"{a['node_id']} {a['name']!r} ({a['node_type']}), cosine {a['similarity']:.3f}"
+        node = (f"{a['node_id']} {a['name']!r} ({a['node_type']}), by {a['how']}"
+                + (f", cosine {a['similarity']:.3f}" if a["similarity"] is not None else "")
                 if a["node_id"] is not None else "no node")
         entity_lines.append(f"{label} -> {node}")
     steps = {"1-2. entities and their nodes": entity_lines}
