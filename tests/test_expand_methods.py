@@ -259,3 +259,18 @@ def test_search_explain_on_the_command_line(synthetic_url, llm, answers):
                     "retrieve"):
         assert heading in done.stdout
     assert "the query itself ->" in done.stdout
+
+
+def test_query_weight_mixes_the_plain_query_back_in(conn, llm, answers):
+    """query_weight=1 is the plain query's embedding (VSS exactly); 0 the expanded one; between, a mix."""
+    llm.responder = good_llm(answers)
+    q = conn.execute("select body from stark.query where skb_id = stark.skb_id(%s) and body like "
+                     "'What drugs are indicated for %%' order by query_id limit 1", (SKB,)).fetchone()[0]
+    plain = vss_method.search(conn, SKB, q, 30).node_ids
+    rankings = {w: get_method("hyde").search(conn, SKB, q, 30, options("hyde", llm, query_weight=w))
+                for w in (0.0, 0.5, 1.0)}
+    assert rankings[1.0].node_ids == plain
+    assert rankings[0.0].node_ids != plain and rankings[0.5].node_ids != plain
+    assert rankings[0.5].trace["final"]["query_weight"] == 0.5
+    with pytest.raises(ValueError, match="query_weight must be between 0 and 1"):
+        get_method("hyde").search(conn, SKB, q, 5, options("hyde", llm, query_weight=1.5))
