@@ -29,11 +29,14 @@ declare
     seen text := 'select anchor, node from k0';
     score text;
 begin
+    -- The edges out of f.node, correlated inside each branch: PostgreSQL does not push `x.src = f.node`
+    -- into a UNION ALL whose branches have their own WHERE, and would scan the whole partition per hop.
     if directed then
-        edges := format('(select e.src, e.relation, e.dst from stark.edge e where e.skb_id = %s)', skb);
+        edges := format('(select e.relation, e.dst from stark.edge e where e.skb_id = %s and e.src = f.node)', skb);
     else
-        edges := format('(select e.src, e.relation, e.dst from stark.edge e where e.skb_id = %1$s '
-                        'union all select e.dst, e.relation, e.src from stark.edge e where e.skb_id = %1$s)', skb);
+        edges := format('(select e.relation, e.dst from stark.edge e where e.skb_id = %1$s and e.src = f.node '
+                        'union all select e.relation, e.src from stark.edge e where e.skb_id = %1$s and e.dst = f.node)',
+                        skb);
     end if;
     if vectors is null then
         score := 'null::double precision';
@@ -45,7 +48,7 @@ begin
         body := body || format(
             ', s%1$s as (select distinct on (f.anchor, e.dst) f.anchor, e.dst as node, %1$s as hop, '
             '    f.relations || e.relation as relations, f.path || e.dst as path '
-            '  from k%2$s f cross join lateral (select x.relation, x.dst from %3$s x where x.src = f.node) e '
+            '  from k%2$s f cross join lateral %3$s e '
             '  where not exists (select 1 from (%4$s) v where v.anchor = f.anchor and v.node = e.dst) '
             '  order by f.anchor, e.dst, f.node, e.relation), '
             'r%1$s as (select s.*, %5$s as similarity from s%1$s s), '
