@@ -18,7 +18,7 @@ import sys
 
 import pytest
 
-from fake_llm_server import FakeLLMServer, user_text
+from fake_llm_server import user_text
 from loaders.synthetic import SyntheticSource
 from stark_pg.eval import query_sets
 from stark_pg.eval.runner import run_method
@@ -26,18 +26,11 @@ from stark_pg.resources import queries as sql
 from stark_pg.retrieve import get_method
 from stark_pg.retrieve import bm25 as bm25_method
 from stark_pg.retrieve import vss as vss_method
-from test_focus_method import PATTERNS
+from test_focus_method import PATTERNS, llm  # noqa: F401  (llm: the module-scoped fake LLM server fixture)
 
 SKB = "synthetic-expand-e2e"
 METHODS = ("prf", "hyde", "rar", "agr", "kar")
 LLM_CALLS = {"prf": 0, "hyde": 1, "rar": 1, "agr": 4, "kar": 2}
-
-
-@pytest.fixture(scope="module")
-def llm():
-    server = FakeLLMServer().start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(scope="module")

@@ -13,16 +13,6 @@ select t.type, t.nodes,
 from typed t
 order by t.nodes desc, t.type;
 
--- name: expand_relations(skb_id)
--- Relation names with the node types they join, most frequent first, for the prompts.
-select e.relation, h.type as head_type, t.type as tail_type
-from stark.edge e
-join stark.node h on h.skb_id = e.skb_id and h.node_id = e.src
-join stark.node t on t.skb_id = e.skb_id and t.node_id = e.dst
-where e.skb_id = :skb_id
-group by e.relation, h.type, t.type
-order by count(*) desc, e.relation, h.type, t.type;
-
 -- name: expand_documents(skb, node_ids)
 -- The rendered documents (name, type, text fields) of some nodes, with their names and types.
 select n.node_id, n.name, n.type, stark.render_document(n.skb_id, n.node_id, false)

@@ -153,7 +153,7 @@ def structure(conn: psycopg.Connection, skb_id: int) -> Structure:
     key = (conn.info.dsn, skb_id, sql().focus_skb_version(conn, skb_id=skb_id))
     if key not in _STRUCTURES:
         types = tuple((t, int(n), tuple(fields)) for t, n, fields in sql().expand_type_fields(conn, skb_id=skb_id))
-        relations = tuple((r, h, t) for r, h, t in sql().expand_relations(conn, skb_id=skb_id))
+        relations = tuple((r, h, t) for r, h, t, _ in sql().focus_relation_types(conn, skb_id=skb_id))
         _STRUCTURES[key] = Structure(types, relations)
     return _STRUCTURES[key]
 
