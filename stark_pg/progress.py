@@ -13,6 +13,8 @@ from typing import Iterator, Protocol
 class Stage(Protocol):
     def advance(self, n: int = 1) -> None: ...
 
+    def describe(self, text: str) -> None: ...  # what the stage is doing now, shown beside its bar
+
 
 class Reporter(Protocol):
     def stage(self, label: str, total: int | None = None): ...  # a context manager yielding a Stage
@@ -20,6 +22,9 @@ class Reporter(Protocol):
 
 class _NullStage:
     def advance(self, n: int = 1) -> None:
+        pass
+
+    def describe(self, text: str) -> None:
         pass
 
 
@@ -51,10 +56,16 @@ class RichReporter:
             task = bar.add_task(label, total=total, rate="")
 
             class _Stage:
+                described = False
+
                 def advance(self, n: int = 1) -> None:
                     bar.advance(task, n)
                     speed = bar.tasks[task].speed
-                    if speed:
+                    if speed and not self.described:
                         bar.update(task, rate=f"{speed:,.0f}/s")
+
+                def describe(self, text: str) -> None:
+                    self.described = True
+                    bar.update(task, rate=text)
 
             yield _Stage()

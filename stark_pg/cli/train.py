@@ -177,3 +177,75 @@ def masking(
         else:
             table.add_row(row["mask"], *(f"{row['delta'][m]:+.3f}" for m in shown), str(row["run_id"]))
     out.print(table)
+
+
+@app.command()
+def agent(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="The SKB whose training questions the programs are scored on."),
+    iterations: int = typer.Option(3, "--iterations", help="Programs the LLM writes per category, after the seed."),
+    batch: int = typer.Option(10, "--batch", help="Training questions each program is scored on."),
+    holdout: float = typer.Option(0.3, "--holdout", help="Share of each category's training questions held out to "
+                                                         "choose its program (never val)."),
+    min_queries: int = typer.Option(8, "--min-queries", help="Answer types with fewer training questions share the "
+                                                             "category 'any'."),
+    split: str = typer.Option("train", "--split", help="The split learned from."),
+    limit: int = typer.Option(None, "--limit", help="Only N training questions (shuffled with --seed)."),
+    entities: bool = typer.Option(True, "--entities/--no-entities",
+                                  help="Bind the entity slots (:entity_1, ...): one LLM call per question whose "
+                                       "program uses them."),
+    timeout_ms: int = typer.Option(5000, "--timeout-ms", help="Statement timeout of a program."),
+    llm: str = typer.Option(None, "--llm", help="PROVIDER:MODEL (default: STARK_PG_LLM)."),
+    base_url: str = typer.Option(None, "--base-url", help="OpenAI/Anthropic-compatible server (default: "
+                                                          "STARK_PG_LLM_BASE_URL)."),
+    cache: str = typer.Option(None, "--cache", help="use | only | refresh (default: STARK_PG_LLM_CACHE, else use)."),
+    plot: str = typer.Option(None, "--plot", help="Write the MRR of every program per iteration to this PNG."),
+    seed: int = typer.Option(0, "--seed"),
+    json_: bool = typer.Option(False, "--json", help="The run's categories, programs' scores and LLM cost as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+) -> None:
+    """Let the LLM write SQL retrieval programs per question category; keep the best per category.
+
+    Categories are the answer types the nearest training questions vote for. Each starts from a seed
+    program (BM25 + dense + the category's type); the LLM then writes --iterations revisions, each
+    scored on a batch of training questions with feedback on what it got wrong. Programs run in the
+    sandbox (checked by sqlglot, run as the read-only role stark_agent). The program scoring best on
+    held-out training questions is kept; all are rows of stark.agent_program. Then:
+    `stark-pg eval NAME -m agent` (or `search ... -m agent --explain`).
+    """
+    from stark_pg.llm import LLMError
+    from stark_pg.train.agent import AgentSettings, train_agent
+
+    settings = AgentSettings(iterations=iterations, batch=batch, holdout=holdout, min_queries=min_queries,
+                             split=split, limit=limit, entities=entities, timeout_ms=timeout_ms, seed=seed, llm=llm,
+                             base_url=base_url, cache=cache)
+    with state(ctx).connect() as conn:
+        try:
+            report = train_agent(conn, name, settings, progress=reporter(quiet or json_))
+        except (ValueError, RuntimeError, LLMError) as exc:
+            fail(str(exc))
+        if plot:
+            from stark_pg.train.agent_plot import plot_history
+
+            plot_history(report, plot)
+    summary = {"skb": name, "run_id": report.run_id, "seconds": round(report.seconds, 1), "llm": report.llm,
+               "categories": [{"category": c.category, "train": c.train, "holdout": c.holdout,
+                               "chosen_program": c.chosen_program, "programs": c.history} for c in report.categories]}
+    if json_:
+        print_json(summary)
+        return
+    table = Table(title=f"agent run {report.run_id} on {name}: {report.seconds:.0f} s, LLM {report.llm.get('calls', 0)} "
+                        f"calls ({report.llm.get('cache_hits', 0)} cached)", title_justify="left")
+    for column in ("category", "questions", "programs", "seed MRR", "best batch MRR", "chosen", "held-out MRR"):
+        table.add_column(column)
+    for c in report.categories:
+        chosen = next((h for h in c.history if h["chosen"]), None)
+        table.add_row(c.category, f"{c.train}+{c.holdout}", str(len(c.history)),
+                      f"{c.history[0]['batch_mrr']:.3f}" if c.history else "-",
+                      f"{max(h['batch_mrr'] for h in c.history):.3f}" if c.history else "-",
+                      f"iteration {chosen['iteration']}" if chosen else "-",
+                      f"{chosen['holdout_mrr']:.3f}" if chosen else "-")
+    out.print(table)
+    if plot:
+        out.print(f"history plot: {plot}", highlight=False)
+    out.print(f"programs: select * from stark.agent_program where run_id = {report.run_id};", highlight=False)

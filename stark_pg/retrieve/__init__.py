@@ -43,6 +43,7 @@ METHODS = {
     "rar": "stark_pg.retrieve.expand.rar",
     "agr": "stark_pg.retrieve.expand.agr",
     "kar": "stark_pg.retrieve.expand.kar",
+    "agent": "stark_pg.retrieve.agent",
 }
 
 

@@ -119,11 +119,7 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
         vector = encode_query(query, model)
         structure = ctx.structure()
         # 1. entity parsing
-        reply, _ = ctx.client.chat_json(
-            [{"role": "system", "content": SYSTEM},
-             {"role": "user", "content": ENTITIES.format(structure=structure.text(), query=query)}],
-            EntityReply, max_tokens=160)
-        entities = list({e.name.lower(): e for e in reply.entities}.values())[:o.max_entities]
+        entities = parse_entities(ctx.client, structure, query, o.max_entities)
         # 2. entity documents
         anchors = match_entities(conn, skb, query, vector, entities, structure.type_names, o)
         ctx.trace["entities"] = anchors
@@ -150,6 +146,15 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
         return expansions[:o.n]
 
     return run(conn, skb, query, k, o, "kar", expand)
+
+
+def parse_entities(client, structure, query: str, max_entities: int) -> list[Entity]:
+    """The entities the LLM finds named in the query (distinct names, at most `max_entities`)."""
+    reply, _ = client.chat_json(
+        [{"role": "system", "content": SYSTEM},
+         {"role": "user", "content": ENTITIES.format(structure=structure.text(), query=query)}],
+        EntityReply, max_tokens=160)
+    return list({e.name.lower(): e for e in reply.entities}.values())[:max_entities]
 
 
 def match_entities(conn: psycopg.Connection, skb: str, query: str, vector: np.ndarray, entities: list[Entity],

@@ -1,0 +1,123 @@
+"""Method `agent`: the retrieval program a trained agent kept for the question's category, run in
+the sandbox (AvaTaR-style; the Agent Retriever of Zhao et al.).
+
+`stark-pg train agent SKB` (stark_pg/train/agent.py) lets the LLM write SQL programs over the
+toolkit (schema `agent`, sql/functions/agent.sql), scores them on training questions and keeps the
+best per category. At query time: the question's category (the answer type the nearest training
+questions vote for, categories.py), that category's program, its slots bound (slots.py; an LLM call
+only when the program uses entity slots), validated again and run as the sandbox role
+(sandbox.py). A program that fails or returns nothing makes the question fall back to `fallback`
+(hybrid by default), and the trace says why.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import psycopg
+
+from stark_pg.embed import canonical_name, encode_query
+from stark_pg.llm import client_from_options
+from stark_pg.resources import queries as sql
+from stark_pg.retrieve import Hit, Ranking, get_method
+from stark_pg.retrieve.agent import sandbox
+from stark_pg.retrieve.agent.categories import ANY, category_of, voted_type
+from stark_pg.retrieve.agent.slots import SlotSource, bind_values, shown
+from stark_pg.retrieve.expand import LLMOptions
+from stark_pg.skb.catalog import require_skb
+
+
+@dataclass
+class Options(LLMOptions):
+    run: int | None = None        # the training run whose programs to use (None: the SKB's newest finished run)
+    fallback: str = "hybrid"      # method for questions whose program fails or returns nothing
+    timeout_ms: int = 5000        # statement timeout of a program
+    row_limit: int = 1000         # rows read from a program
+    model: str | None = None      # embedding model of :query_vector and the category vote
+
+
+@dataclass
+class Outcome:
+    """One program run for one question."""
+
+    hits: list[Hit]
+    values: dict
+    sql: str | None
+    error: str | None
+    seconds: float
+
+
+def execute_program(conn: psycopg.Connection, skb: str, skb_id: int, program_text: str, query: str,
+                    vector: np.ndarray, answer_type: str | None, source: SlotSource, *, timeout_ms: int = 5000,
+                    row_limit: int = 1000) -> Outcome:
+    """Validate, bind and run a program for one question; errors come back in `error`, never raised
+    (except a failed LLM call, which the caller's evaluation records)."""
+    started = time.perf_counter()
+    try:
+        program = sandbox.validate(program_text)
+    except sandbox.Rejected as exc:
+        return Outcome([], {}, None, f"rejected: {exc}", time.perf_counter() - started)
+    values = bind_values(conn, skb, skb_id, query, vector, answer_type, program, source)
+    bound = sandbox.bind(program, values)
+    try:
+        rows = sandbox.run(conn, skb, bound, timeout_ms=timeout_ms, row_limit=row_limit)
+    except sandbox.ProgramFailed as exc:
+        return Outcome([], values, bound, f"failed: {exc}", time.perf_counter() - started)
+    return Outcome([Hit(n, s) for n, s in rows], values, bound, None, time.perf_counter() - started)
+
+
+def trained_programs(conn: psycopg.Connection, skb: str, skb_id: int, run: int | None) -> tuple[int, dict]:
+    """(run id, {category: program row}) of the run, or its newest finished one; clear errors."""
+    run_id = run if run is not None else sql().latest_agent_run(conn, skb_id=skb_id)
+    if run_id is None:
+        raise ValueError(f"no trained agent for {skb!r}: run `stark-pg train agent {skb}` first")
+    if sql().agent_run_of(conn, skb_id=skb_id, run_id=run_id) is None:
+        raise ValueError(f"no agent run {run_id} for {skb!r} (runs are made by `stark-pg train agent {skb}`)")
+    programs = {row[0]: row for row in sql().chosen_agent_programs(conn, run_id=run_id)}
+    return run_id, programs
+
+
+def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
+    o = options or Options()
+    if o.timeout_ms <= 0 or o.row_limit <= 0:
+        raise ValueError("agent timeout_ms and row_limit must be positive")
+    fallback = get_method(o.fallback)
+    if o.fallback == "agent":
+        raise ValueError("agent fallback must be another method")
+    skb_id = require_skb(conn, skb)
+    run_id, programs = trained_programs(conn, skb, skb_id, o.run)
+    model = canonical_name(o.model)
+    vector = encode_query(query, model)
+    voted = voted_type(conn, skb, query, vector, model)
+    category = category_of(voted, programs)
+    trace: dict = {"method": "agent", "run": run_id, "voted_type": voted, "category": category}
+    explain: dict = {"category": [f"{category} (the training questions nearest this one vote for {voted!r})"]}
+    row = programs.get(category)
+    error = None
+    if row is None:
+        error = f"no program for category {category!r} in run {run_id}"
+    else:
+        _, program_id, iteration, text, holdout = row
+        client = client_from_options(conn, llm=o.llm, base_url=o.base_url, cache=o.cache)
+        source = SlotSource(client, model)
+        with client.metered() as meter:
+            outcome = execute_program(conn, skb, skb_id, text, query, vector, category if category != ANY else voted,
+                                      source, timeout_ms=o.timeout_ms, row_limit=max(o.row_limit, k))
+        trace.update({"program_id": program_id, "iteration": iteration, "slots": shown(outcome.values),
+                      "sql": outcome.sql, "ms": round(outcome.seconds * 1000, 3), "llm": meter.as_dict()})
+        explain["program"] = [f"program {program_id} (iteration {iteration}; held-out MRR "
+                              f"{(holdout or {}).get('mrr', float('nan')):.3f})", text]
+        explain["slots"] = [f":{key} = {value!r}" for key, value in shown(outcome.values).items()]
+        explain["SQL as run"] = [outcome.sql or "(not run)"]
+        error = outcome.error or (None if outcome.hits else "the program returned no rows")
+        if error is None:
+            trace["explain"] = explain
+            return Ranking(outcome.hits[:k], trace)
+    trace["fallback"] = f"{o.fallback}: {error}"
+    explain["fallback"] = [trace["fallback"]]
+    ranking = fallback.search(conn, skb, query, k, None)
+    trace["fallback_trace"] = {key: value for key, value in ranking.trace.items() if key != "explain"}
+    trace["explain"] = explain
+    return Ranking(ranking.hits, trace)

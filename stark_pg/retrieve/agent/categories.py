@@ -1,0 +1,28 @@
+"""Query categories of the agent: the node type a question asks for.
+
+The AvaTaR line asks the LLM to group the training questions (12 groups in the Agent Retriever
+paper). Here a question's category is the answer type the nearest training questions vote for
+(`stark.answer_type_votes`, which names the answers' type for 92% of the STaRK-Prime slice's val
+questions): no LLM call, the same at training and at test time (a training question does not vote
+for itself), and each category's program can lean on its type. Types with too few training
+questions share the category `any`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import psycopg
+
+from stark_pg.retrieve.focus.answer_type import votes
+
+ANY = "any"
+
+
+def voted_type(conn: psycopg.Connection, skb: str, query: str, vector: np.ndarray, model: str,
+               split: str = "train", k: int = 10) -> str | None:
+    voted = votes(conn, skb, query, vector, split=split, k=k, model=model)
+    return voted[0][0] if voted else None
+
+
+def category_of(voted: str | None, categories) -> str:
+    return voted if voted in categories else ANY

@@ -1,0 +1,200 @@
+"""The agent's optimisation loop and method end to end, the LLM being the local fake OpenAI server
+(tests/fake_llm_server.py) driven through the real openai SDK.
+
+The scripted LLM writes, per category, a weak program first, then one that reads the answers (the
+sandbox must reject it and the next prompt must say why), then a program that follows the graph from
+the question's entities (bound through the entity slots). On a synthetic Prime-shaped SKB the kept
+program must beat the first one on held-out training questions; `agent` then uses it at query time;
+a replay with cache=only makes no request; a failing program falls back to hybrid and says so.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fake_llm_server import FakeLLMServer, user_text
+from loaders.synthetic import SyntheticSource
+from stark_pg.eval import query_sets
+from stark_pg.eval.runner import run_method
+from stark_pg.retrieve import agent as agent_method
+from stark_pg.retrieve import hybrid as hybrid_method
+from stark_pg.retrieve import vss as vss_method
+from stark_pg.retrieve.agent.toolkit import DIRECTIONS
+from stark_pg.train.agent import AgentSettings, extract_sql, train_agent
+from test_expand_methods import oracle_entities, question
+
+SKB = "synthetic-agent-e2e"
+
+WEAK = "select node_id, 0 as score from agent.node where type = :answer_type order by node_id limit 100"
+CHEAT = "select unnest(answer_ids) as node_id, 1 as score from stark.query"
+GRAPH = """with linked as (
+    select neighbour as node_id from agent.neighbours(array[:entity_1_node, :entity_2_node]::bigint[], null)),
+two as (select neighbour as node_id from agent.neighbours(array(select node_id from linked), null)),
+candidates as (select node_id from linked union select node_id from two)
+select s.node_id, s.score + case when n.type = :answer_type then 1 else 0 end as score
+from agent.similarity(array(select node_id from candidates), :query_vector) s
+join agent.node n on n.node_id = s.node_id
+order by score desc, s.node_id
+limit 200"""
+
+
+def scripted(kind, body):
+    """Entity parsing like a good LLM; programs by the iteration's direction."""
+    text = user_text(kind, body)
+    if "List the entities the question names" in text:
+        return json.dumps({"entities": oracle_entities(question(body))})
+    if DIRECTIONS[0] in text:
+        return f"Here is a program:\n```sql\n{WEAK}\n```"
+    if DIRECTIONS[1] in text:
+        return f"```sql\n{CHEAT}\n```"
+    if DIRECTIONS[2] in text:
+        return f"```sql\n{GRAPH};\n```"
+    raise AssertionError("unexpected prompt: " + text[:200])
+
+
+@pytest.fixture(scope="module")
+def llm():
+    server = FakeLLMServer().start()
+    server.responder = scripted
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def synthetic_url(server_url, template_db):
+    from conftest import cloned_database
+    from stark_pg.db import connect
+    from stark_pg.index.dense import build_dense
+    from stark_pg.index.lexical import build_lexical
+    from stark_pg.skb.store import load_skb
+
+    with cloned_database(server_url, template_db, "stark_agent_e2e") as url:
+        with connect(url) as conn:
+            load_skb(conn, SyntheticSource(nodes=800, seed=7, edges_per_node=10), SKB)
+            build_lexical(conn, SKB)
+            build_dense(conn, SKB, multi_vector=False)
+        yield url
+
+
+@pytest.fixture
+def conn(synthetic_url):
+    from stark_pg.db import connect
+
+    with connect(synthetic_url) as connection:
+        yield connection
+
+
+def settings(llm, **kw) -> AgentSettings:
+    return AgentSettings(**({"iterations": 3, "batch": 8, "holdout": 0.4, "min_queries": 10, "limit": 60,
+                             "llm": "openai:fake-agent", "base_url": llm.openai_url} | kw))
+
+
+@pytest.fixture(scope="module")
+def trained(synthetic_url, llm):
+    from stark_pg.db import connect
+
+    with connect(synthetic_url) as conn:
+        before = len(llm.requests)
+        report = train_agent(conn, SKB, settings(llm, cache="refresh"))
+        return report, llm.requests[before:]
+
+
+def test_the_kept_program_beats_the_first_one_on_held_out_questions(conn, trained):
+    report, _ = trained
+    rows = conn.execute("select category, iteration, author, status, error, batch_metrics, holdout_metrics, chosen, sql "
+                        "from stark.agent_program where run_id = %s order by category, iteration", (report.run_id,)
+                        ).fetchall()
+    categories = {r[0] for r in rows}
+    assert categories == {c.category for c in report.categories} and len(categories) >= 2
+    for category in categories:
+        mine = {r[1]: r for r in rows if r[0] == category}
+        assert sorted(mine) == [0, 1, 2, 3]
+        assert [mine[i][3] for i in range(4)] == ["ok", "ok", "rejected", "ok"]
+        assert mine[0][2] == "seed" and mine[1][2] == "llm"
+        assert "stark.query is not allowed" in mine[2][4]
+        assert mine[3][8].startswith("with linked as")            # the program as written, slots included
+        chosen = [r for r in mine.values() if r[7]]
+        assert len(chosen) == 1
+        first, kept = mine[1][6]["mrr"], chosen[0][6]["mrr"]
+        assert kept > first
+        assert kept == max(r[6]["mrr"] for r in mine.values() if r[6] is not None)
+    graph_kept = [c for c in report.categories if any(h["chosen"] and h["iteration"] == 3 for h in c.history)]
+    assert graph_kept, "the graph program should win somewhere on held-out questions"
+    run = conn.execute("select finished_at is not null, llm, categories from stark.agent_run where run_id = %s",
+                       (report.run_id,)).fetchone()
+    assert run[0] and run[1]["calls"] > 0 and set(run[2]) == categories
+
+
+def test_feedback_reaches_the_llm(trained):
+    _, requests = trained
+    prompts = [user_text("openai", r["body"]) for r in requests]
+    programs = [p for p in prompts if "This time:" in p]
+    assert len(programs) == 3 * len(trained[0].categories)
+    after_rejection = [p for p in programs if DIRECTIONS[2] in p]
+    assert all(CHEAT in p and "was rejected: table stark.query is not allowed" in p for p in after_rejection)
+    assert all("Questions it ranked badly:" in p or "MRR 1.000" in p for p in programs)
+    assert all("agent.neighbours(" in p and ":entity_1_node" in p for p in programs)  # the toolkit is described
+
+
+def test_a_replay_from_the_cache_makes_no_request_and_finds_the_same(conn, llm, trained):
+    report, _ = trained
+    before = len(llm.requests)
+    again = train_agent(conn, SKB, settings(llm, cache="only"))
+    assert len(llm.requests) == before
+    def scores(r):
+        return [(c.category, [{k: v for k, v in h.items() if k != "program_id"} for h in c.history])
+                for c in r.categories]
+    assert scores(again) == scores(report)
+    assert again.llm["calls"] == 0 and again.llm["cache_hits"] > 0
+
+
+def test_the_agent_method_runs_the_kept_programs_and_beats_vss(conn, llm, trained):
+    report, _ = trained
+    skb_id = conn.execute("select stark.skb_id(%s)", (SKB,)).fetchone()[0]
+    val = query_sets.from_split(conn, skb_id, "val")
+    options = agent_method.Options(run=report.run_id, llm="openai:fake-agent", base_url=llm.openai_url)
+    agent = run_method(conn, skb_id, SKB, "agent", options, val, depth=100)
+    vss = run_method(conn, skb_id, SKB, "vss", vss_method.Options(), val, depth=100)
+    assert agent.summary["metrics"]["mrr"] > vss.summary["metrics"]["mrr"]
+    traces = [t for (t,) in conn.execute("select trace from stark.eval_result where run_id = %s", (agent.run_id,))]
+    assert traces and all(t["run"] == report.run_id and t["category"] for t in traces)
+    ran = [t for t in traces if "fallback" not in t]
+    assert ran and all(t["sql"] and "%(" not in t["sql"] and ":query" not in t["sql"] for t in ran)
+    ranking = agent_method.search(conn, SKB, val.queries[0].body, 10, options)
+    explain = ranking.trace["explain"]
+    assert {"category", "program", "slots", "SQL as run"} <= set(explain)
+
+
+def test_a_failing_program_falls_back_to_hybrid_and_says_why(conn, llm, trained):
+    report, _ = trained
+    category = report.categories[0].category
+    program_id, original = conn.execute("select program_id, sql from stark.agent_program "
+                                        "where run_id = %s and category = %s and chosen",
+                                        (report.run_id, category)).fetchone()
+    conn.execute("update stark.agent_program set sql = 'select node_id, 1 / 0 from agent.node' where program_id = %s",
+                 (program_id,))
+    try:
+        options = agent_method.Options(run=report.run_id, llm="openai:fake-agent", base_url=llm.openai_url)
+        bodies = [b for (b,) in conn.execute("select body from stark.query where skb_id = stark.skb_id(%s) "
+                                             "and split = 'val' order by query_id", (SKB,))]
+        ranking = next(r for r in (agent_method.search(conn, SKB, b, 10, options) for b in bodies)
+                       if r.trace["category"] == category)
+        assert ranking.trace["fallback"].startswith("hybrid: failed: division by zero")
+        q = bodies[[agent_method.search(conn, SKB, b, 10, options).trace["category"] for b in bodies].index(category)]
+        assert ranking.node_ids == hybrid_method.search(conn, SKB, q, 10, None).node_ids
+        assert ranking.trace["explain"]["fallback"] == [ranking.trace["fallback"]]
+    finally:
+        conn.execute("update stark.agent_program set sql = %s where program_id = %s", (original, program_id))
+
+
+def test_no_trained_agent_is_a_clear_error(conn):
+    with pytest.raises(ValueError, match="stark-pg train agent"):
+        agent_method.search(conn, SKB, "anything", 10, agent_method.Options(run=10 ** 6))
+
+
+def test_programs_are_read_from_replies_of_any_shape():
+    assert extract_sql("Sure!\n```sql\nselect 1\n```\nthanks") == "select 1"
+    assert extract_sql("```\nselect 2\n```") == "select 2"
+    assert extract_sql("The program: SELECT node_id, 1 FROM agent.node") == "SELECT node_id, 1 FROM agent.node"
