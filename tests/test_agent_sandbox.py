@@ -174,7 +174,9 @@ def test_slots_are_bound_as_literals_so_values_cannot_inject(conn):
     rows = sandbox.run(conn, SKB, bound, timeout_ms=2000)
     assert rows and conn.execute("select to_regclass('stark.skb')").fetchone()[0] is not None
     unbound = sandbox.bind(program, {})
-    assert "(NULL, 3)" in unbound and "NULL IS NULL" in unbound and ":entity" not in unbound
+    assert "(CAST(NULL AS TEXT), 3)" in unbound and "CAST(NULL AS TEXT) IS NULL" in unbound and ":entity" not in unbound
+    typed = sandbox.bind(sandbox.validate("select dst, 1 from agent.neighbours(:entity_1_node, null)"), {})
+    assert "CAST(NULL AS BIGINT)" in typed and sandbox.run(conn, SKB, typed) == []
 
 
 def test_rows_are_limited_deduplicated_and_checked(conn):

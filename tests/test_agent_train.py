@@ -30,8 +30,8 @@ SKB = "synthetic-agent-e2e"
 WEAK = "select node_id, 0 as score from agent.node where type = :answer_type order by node_id limit 100"
 CHEAT = "select unnest(answer_ids) as node_id, 1 as score from stark.query"
 GRAPH = """with linked as (
-    select neighbour as node_id from agent.neighbours(array[:entity_1_node, :entity_2_node]::bigint[], null)),
-two as (select neighbour as node_id from agent.neighbours(array(select node_id from linked), null)),
+    select dst as node_id from agent.neighbours(array[:entity_1_node, :entity_2_node]::bigint[], null)),
+two as (select dst as node_id from agent.neighbours(array(select node_id from linked), null)),
 candidates as (select node_id from linked union select node_id from two)
 select s.node_id, s.score + case when n.type = :answer_type then 1 else 0 end as score
 from agent.similarity(array(select node_id from candidates), :query_vector) s

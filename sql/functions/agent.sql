@@ -69,8 +69,9 @@ comment on function agent.similarity(bigint[], vector) is
     'Agent toolkit: cosine similarity of the given nodes'' document vectors to `query` (one row per node that has a vector).';
 
 create or replace function agent.neighbours(node_ids bigint[], relation text default null)
-returns table (node_id bigint, relation text, neighbour bigint)
+returns table (src bigint, relation text, dst bigint)
 language sql stable security definer set search_path = pg_catalog, stark, public, pg_temp as $$
+    -- every edge touching one of node_ids, turned so that src is that node (edges are followed either way)
     with skb as (select stark.skb_id(agent.current_skb()) as id)
     select e.src, e.relation, e.dst from stark.edge e, skb
     where e.skb_id = skb.id and e.src = any (node_ids) and (neighbours.relation is null or e.relation = neighbours.relation)
@@ -79,7 +80,15 @@ language sql stable security definer set search_path = pg_catalog, stark, public
     where e.skb_id = skb.id and e.dst = any (node_ids) and (neighbours.relation is null or e.relation = neighbours.relation)
 $$;
 comment on function agent.neighbours(bigint[], text) is
-    'Agent toolkit: the nodes linked to any of `node_ids` by an edge in either direction (of one relation if given).';
+    'Agent toolkit: the edges (src, relation, dst) touching any of `node_ids`, either direction, turned so that src is one of them (of one relation if given).';
+
+create or replace function agent.neighbours(node_id bigint, relation text default null)
+returns table (src bigint, relation text, dst bigint)
+language sql stable security definer set search_path = pg_catalog, stark, public, pg_temp as $$
+    select n.src, n.relation, n.dst from agent.neighbours(array[node_id], relation) n
+$$;
+comment on function agent.neighbours(bigint, text) is
+    'Agent toolkit: agent.neighbours of a single node (small models write it this way).';
 
 create or replace function agent.match_name(name text, k int default 5)
 returns table (node_id bigint, type text, name text, exact boolean)
@@ -95,4 +104,4 @@ revoke all on all functions in schema agent from public;
 grant usage on schema agent to stark_agent;
 grant select on agent.node, agent.node_text, agent.edge to stark_agent;
 grant execute on function agent.bm25(text, int, text), agent.vss(vector, int), agent.similarity(bigint[], vector),
-    agent.neighbours(bigint[], text), agent.match_name(text, int) to stark_agent;
+    agent.neighbours(bigint[], text), agent.neighbours(bigint, text), agent.match_name(text, int) to stark_agent;

@@ -135,7 +135,8 @@ def validate(text: str) -> Program:
             if node.args.get("db") or node.args.get("catalog"):
                 raise Rejected(f"column {node.sql('postgres')!r}: name columns by table alias only")
         elif isinstance(node, exp.DataType):
-            if node.this.name not in CAST_TYPES:
+            kind = getattr(node.this, "name", None) or str(node.this)
+            if kind.upper() not in CAST_TYPES:
                 raise Rejected(f"cast to {node.sql('postgres')} is not allowed (allowed: int, bigint, float, "
                                "double precision, numeric, text, boolean, vector)")
         elif isinstance(node, exp.Placeholder):
@@ -233,8 +234,8 @@ def bind(program: Program, values: dict) -> str:
         if not isinstance(node, exp.Placeholder):
             return node
         value = values.get(node.name)
-        if value is None:
-            return exp.Null()
+        if value is None:   # typed, so that overloaded functions still resolve
+            return exp.Cast(this=exp.Null(), to=exp.DataType.build(_slot_type(node.name), dialect="postgres"))
         if isinstance(value, np.ndarray) or node.name == "query_vector":
             text = "[" + ",".join(f"{float(x):.7g}" for x in np.asarray(value).ravel()) + "]"
             return exp.Cast(this=exp.Literal.string(text), to=exp.DataType.build("vector", dialect="postgres"))
@@ -245,6 +246,10 @@ def bind(program: Program, values: dict) -> str:
         return exp.Literal.string(str(value))
 
     return program.tree.copy().transform(literal).sql(dialect="postgres")
+
+
+def _slot_type(name: str) -> str:
+    return "vector" if name == "query_vector" else "bigint" if name.endswith("_node") else "text"
 
 
 _connections: dict[tuple[str, int], psycopg.Connection] = {}

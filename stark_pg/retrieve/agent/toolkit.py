@@ -20,8 +20,8 @@ Functions (use in FROM, e.g. FROM agent.bm25(:query, 100) b):
   agent.bm25(text, k int, field text) -> (node_id, score)      -- over one field only, e.g. 'name'
   agent.vss(vector, k int) -> (node_id, score)                 -- embedding search (cosine, 0..1)
   agent.similarity(bigint[], vector) -> (node_id, score)       -- cosine of given nodes to a vector
-  agent.neighbours(bigint[], relation text) -> (node_id, relation, neighbour)  -- edges either way;
-                                                                relation NULL means any relation
+  agent.neighbours(bigint[] or bigint, relation text) -> (src, relation, dst)  -- the edges of the
+                                          given nodes either way, src being a given node; relation NULL: any
   agent.match_name(text, k int) -> (node_id, type, name, exact) -- nodes named like the text
 Values bound for each question (NULL when unknown):
   :query (text), :query_vector (vector of the question), :answer_type (text: the node type the
