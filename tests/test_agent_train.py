@@ -198,3 +198,27 @@ def test_programs_are_read_from_replies_of_any_shape():
     assert extract_sql("Sure!\n```sql\nselect 1\n```\nthanks") == "select 1"
     assert extract_sql("```\nselect 2\n```") == "select 2"
     assert extract_sql("The program: SELECT node_id, 1 FROM agent.node") == "SELECT node_id, 1 FROM agent.node"
+
+
+def test_the_cli_trains_from_the_cache_and_plots_the_history(synthetic_url, llm, trained, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    plot = tmp_path / "history.png"
+    env = os.environ | {"STARK_PG_DSN": synthetic_url, "COLUMNS": "160"}
+    done = subprocess.run([sys.executable, "-m", "stark_pg", "train", "agent", SKB, "--iterations", "1", "--batch", "8",
+                           "--holdout", "0.4", "--min-queries", "10", "--limit", "60", "--llm", "openai:fake-agent",
+                           "--base-url", llm.openai_url, "--cache", "only", "--plot", str(plot), "--json"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["llm"]["calls"] == 0 and summary["llm"]["cache_hits"] > 0
+    assert [c["category"] for c in summary["categories"]] == [c.category for c in trained[0].categories]
+    assert all(len(c["programs"]) == 2 for c in summary["categories"])      # the seed and one LLM program
+    assert all((c["type_agreement"] is None) == (c["category"] == "any") for c in summary["categories"])
+    assert all(0 <= c["type_agreement"] <= 1 for c in summary["categories"] if c["type_agreement"] is not None)
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    bad = subprocess.run([sys.executable, "-m", "stark_pg", "train", "agent", "no-such-skb", "--llm", "openai:x"],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert bad.returncode != 0 and "no-such-skb" in bad.stderr and "Traceback" not in bad.stderr

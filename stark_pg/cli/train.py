@@ -230,7 +230,8 @@ def agent(
             plot_history(report, plot)
     summary = {"skb": name, "run_id": report.run_id, "seconds": round(report.seconds, 1), "llm": report.llm,
                "categories": [{"category": c.category, "train": c.train, "holdout": c.holdout,
-                               "chosen_program": c.chosen_program, "programs": c.history} for c in report.categories]}
+                               "type_agreement": c.type_agreement, "chosen_program": c.chosen_program,
+                               "programs": c.history} for c in report.categories]}
     if json_:
         print_json(summary)
         return

@@ -91,6 +91,7 @@ class Question:
     answers: list[int]
     vector: np.ndarray
     voted: str | None
+    answer_type: str | None      # the answers' majority type: how often the vote is right
 
 
 @dataclass
@@ -114,6 +115,7 @@ class CategoryReport:
     holdout: int
     history: list[dict]            # per program: iteration, status, batch MRR, holdout MRR, chosen
     chosen_program: int | None
+    type_agreement: float | None   # share of the category's questions whose answers have its type
 
 
 @dataclass
@@ -153,8 +155,8 @@ def train_agent(conn: psycopg.Connection, skb: str, settings: AgentSettings,
         for category, members in groups.items():
             reports.append(_train_category(conn, skb, skb_id, run_id, category, members, settings, toolkit,
                                            source, client, progress))
-    summary = {r.category: {"train": r.train, "holdout": r.holdout, "chosen_program": r.chosen_program}
-               for r in reports}
+    summary = {r.category: {"train": r.train, "holdout": r.holdout, "chosen_program": r.chosen_program,
+                            "type_agreement": r.type_agreement} for r in reports}
     seconds = time.perf_counter() - started
     sql().finish_agent_run(conn, run_id=run_id, categories=Jsonb(summary), llm=Jsonb(meter.as_dict()),
                            seconds=seconds)
@@ -171,9 +173,9 @@ def _questions(conn, skb: str, skb_id: int, s: AgentSettings, model: str, progre
     vectors = encode([r[1] for r in rows], model)
     out = []
     with progress.stage("categories", total=len(rows)) as stage:
-        for (query_id, body, answers, _), vector in zip(rows, vectors):
+        for (query_id, body, answers, answer_type), vector in zip(rows, vectors):
             out.append(Question(int(query_id), body, [int(a) for a in answers], vector,
-                                voted_type(conn, skb, body, vector, model, split=s.split)))
+                                voted_type(conn, skb, body, vector, model, split=s.split), answer_type))
             stage.advance()
     return out
 
@@ -250,7 +252,8 @@ def _train_category(conn, skb: str, skb_id: int, run_id: int, category: str, mem
         sql().choose_agent_program(conn, program_id=chosen)
     for h in history:
         h["chosen"] = h["program_id"] == chosen
-    return CategoryReport(category, len(fit), len(holdout), history, chosen)
+    agreement = None if category == ANY else round(sum(q.answer_type == category for q in members) / len(members), 4)
+    return CategoryReport(category, len(fit), len(holdout), history, chosen, agreement)
 
 
 def _same(a: str, b: str) -> bool:
