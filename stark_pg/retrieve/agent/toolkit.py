@@ -28,6 +28,13 @@ Values bound for each question (NULL when unknown):
   question most likely asks for), {entities}
 Allowed: WITH (not recursive), JOIN, UNION, GROUP BY, window functions, CASE, COALESCE, GREATEST,
 LN, EXP, casts. Not allowed: any other table or function, writes, several statements.
+Correct pieces to build from:
+  -- the nodes linked to the first entity, scored by their similarity to the question
+  with linked as (select e.dst as node_id from agent.neighbours(:entity_1_node, null) e)
+  select s.node_id, s.score from agent.similarity(array(select node_id from linked), :query_vector) s
+  -- functions that return rows go in FROM or JOIN, never in CASE or WHERE:
+  --   from agent.match_name(:entity_1, 5) m     join agent.bm25(:query, 100) b on b.node_id = n.node_id
+  -- a bonus for nodes of the asked type: + case when n.type = :answer_type then 1 else 0 end
 
 {structure}"""
 
