@@ -205,4 +205,4 @@ def test_the_example_in_the_prompt_is_a_valid_program():
     text = describe("(structure)")
     example = text.split("Correct pieces to build from:\n")[1].split("  -- functions that return rows")[0]
     program = sandbox.validate(example)
-    assert program.slots == ("entity_1_node", "query_vector") and program.uses_entities
+    assert set(program.slots) == {"entity_1_node", "query_vector"} and program.uses_entities
