@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -145,22 +146,27 @@ def train_agent(conn: psycopg.Connection, skb: str, settings: AgentSettings,
     model = canonical_name(settings.model)
     questions = _questions(conn, skb, skb_id, settings, model, progress)
     groups = _categories(questions, settings.min_queries)
-    client = client_from_options(conn, llm=settings.llm, base_url=settings.base_url, cache=settings.cache)
+    # no LLM at all for a seed-only run (--iterations 0): the seed uses no entity slot
+    client = (client_from_options(conn, llm=settings.llm, base_url=settings.base_url, cache=settings.cache)
+              if settings.iterations else None)
     source = SlotSource(client if settings.entities else None, model)
     run_id = sql().create_agent_run(conn, skb_id=skb_id, settings=Jsonb(
-        {k: v for k, v in asdict(settings).items() if k not in ("base_url",)} | {"llm_name": client.settings.name}))
+        {k: v for k, v in asdict(settings).items() if k not in ("base_url",)}
+        | {"llm_name": client.settings.name if client else None}))
     toolkit = describe(structure(conn, skb_id).text())
     reports = []
-    with client.metered() as meter:
+    meter = client.metered() if client else nullcontext(None)
+    with meter as used:
         for category, members in groups.items():
             reports.append(_train_category(conn, skb, skb_id, run_id, category, members, settings, toolkit,
                                            source, client, progress))
+    usage = used.as_dict() if used else {"calls": 0, "cache_hits": 0, "prompt_tokens": 0, "completion_tokens": 0,
+                                         "seconds": 0.0, "cost_usd": None}
     summary = {r.category: {"train": r.train, "holdout": r.holdout, "chosen_program": r.chosen_program,
                             "type_agreement": r.type_agreement} for r in reports}
     seconds = time.perf_counter() - started
-    sql().finish_agent_run(conn, run_id=run_id, categories=Jsonb(summary), llm=Jsonb(meter.as_dict()),
-                           seconds=seconds)
-    return AgentReport(run_id, reports, meter.as_dict(), seconds)
+    sql().finish_agent_run(conn, run_id=run_id, categories=Jsonb(summary), llm=Jsonb(usage), seconds=seconds)
+    return AgentReport(run_id, reports, usage, seconds)
 
 
 def _questions(conn, skb: str, skb_id: int, s: AgentSettings, model: str, progress: Reporter) -> list[Question]:
@@ -294,6 +300,10 @@ def _feedback(conn, skb_id: int, score: Score, shown: int) -> str:
              f"Recall@20 {m['recall@20']:.3f}."]
     if score.error:
         lines.append(f"On some questions it failed: {score.error}")
+    empty = sum(1 for _, ranked, _ in score.outcomes if not ranked)
+    if empty:
+        lines.append(f"For {empty} of {len(score.outcomes)} questions it returned nothing: keep the BM25 and dense "
+                     "candidates too (below the others), so that every question gets a ranking.")
     worst = sorted(score.outcomes, key=lambda o: _first_rank(o[1], o[0].answers))[::-1][:shown]
     worst = [o for o in worst if _first_rank(o[1], o[0].answers) > 1]
     if not worst:

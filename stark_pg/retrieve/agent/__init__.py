@@ -13,6 +13,7 @@ only when the program uses entity slots), validated again and run as the sandbox
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -79,6 +80,13 @@ def trained_programs(conn: psycopg.Connection, skb: str, skb_id: int, run: int |
     return run_id, programs
 
 
+def _uses_entities(text: str) -> bool:
+    try:
+        return sandbox.validate(text).uses_entities
+    except sandbox.Rejected:
+        return False
+
+
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
     o = options or Options()
     if o.timeout_ms <= 0 or o.row_limit <= 0:
@@ -100,13 +108,16 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
         error = f"no program for category {category!r} in run {run_id}"
     else:
         _, program_id, iteration, text, holdout = row
-        client = client_from_options(conn, llm=o.llm, base_url=o.base_url, cache=o.cache)
+        client = (client_from_options(conn, llm=o.llm, base_url=o.base_url, cache=o.cache)
+                  if _uses_entities(text) else None)      # no LLM (and no LLM setting) needed otherwise
         source = SlotSource(client, model)
-        with client.metered() as meter:
+        with client.metered() if client else nullcontext() as meter:
             outcome = execute_program(conn, skb, skb_id, text, query, vector, category if category != ANY else voted,
                                       source, timeout_ms=o.timeout_ms, row_limit=max(o.row_limit, k))
         trace.update({"program_id": program_id, "iteration": iteration, "slots": shown(outcome.values),
-                      "sql": outcome.sql, "ms": round(outcome.seconds * 1000, 3), "llm": meter.as_dict()})
+                      "sql": outcome.sql, "ms": round(outcome.seconds * 1000, 3)})
+        if meter is not None:
+            trace["llm"] = meter.as_dict()
         explain["program"] = [f"program {program_id} (iteration {iteration}; held-out MRR "
                               f"{(holdout or {}).get('mrr', float('nan')):.3f})", text]
         explain["slots"] = [f":{key} = {value!r}" for key, value in shown(outcome.values).items()]
