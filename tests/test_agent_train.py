@@ -2,8 +2,9 @@
 (tests/fake_llm_server.py) driven through the real openai SDK.
 
 The scripted LLM writes, per category, a weak program first, then one that reads the answers (the
-sandbox must reject it and the next prompt must say why), then a program that follows the graph from
-the question's entities (bound through the entity slots). On a synthetic Prime-shaped SKB the kept
+sandbox must reject it), then, asked to repair that one (the prompt must show it and say why it was
+rejected), a program that follows the graph from the question's entities (bound through the entity
+slots). On a synthetic Prime-shaped SKB the kept
 program must beat the first one on held-out training questions; `agent` then uses it at query time;
 a replay with cache=only makes no request; a failing program falls back to hybrid and says so.
 """
@@ -49,7 +50,8 @@ def scripted(kind, body):
         return f"Here is a program:\n```sql\n{WEAK}\n```"
     if DIRECTIONS[1] in text:
         return f"```sql\n{CHEAT}\n```"
-    if DIRECTIONS[2] in text:
+    if "Write it again, fixed" in text:         # the repair of the rejected program
+        assert CHEAT in text and "was rejected: table stark.query is not allowed" in text
         return f"```sql\n{GRAPH};\n```"
     raise AssertionError("unexpected prompt: " + text[:200])
 
@@ -131,11 +133,12 @@ def test_feedback_reaches_the_llm(trained):
     _, requests = trained
     prompts = [user_text("openai", r["body"]) for r in requests]
     programs = [p for p in prompts if "This time:" in p]
-    assert len(programs) == 3 * len(trained[0].categories)
-    after_rejection = [p for p in programs if DIRECTIONS[2] in p]
-    assert all(CHEAT in p and "was rejected: table stark.query is not allowed" in p for p in after_rejection)
+    repairs = [p for p in prompts if "Write it again, fixed" in p]
+    categories = len(trained[0].categories)
+    assert len(programs) == 2 * categories and len(repairs) == categories
+    assert all(CHEAT in p and "was rejected: table stark.query is not allowed" in p for p in repairs)
     assert all("Questions it ranked badly:" in p or "MRR 1.000" in p for p in programs)
-    assert all("agent.neighbours(" in p and ":entity_1_node" in p for p in programs)  # the toolkit is described
+    assert all("agent.neighbours(" in p and ":entity_1_node" in p for p in programs + repairs)  # the toolkit
 
 
 def test_a_replay_from_the_cache_makes_no_request_and_finds_the_same(conn, llm, trained):

@@ -7,7 +7,9 @@ Per category (categories.py: the answer type the nearest training questions vote
   1..n. the LLM gets the toolkit, example questions, the best program so far with its metrics and
      what it got wrong (questions whose answers it ranked low: what it ranked first, the answers
      with their type, rank and edges), plus the outcome of the previous attempt (its metrics, or why
-     it was rejected or failed); it writes a new program, which is validated and scored the same way;
+     it was rejected or failed) and one direction to try; it writes a new program, which is validated
+     and scored the same way. A program that failed or was rejected gets one repair: the next
+     iteration shows it with the error and asks for it fixed, before the next direction;
   then every program that ran is scored on the held-out part of the category's training questions
   and the best there is `chosen` (ties: the earlier). `val` is never read.
 Every program, its status, metrics and feedback is a row of stark.agent_program; the run's settings,
@@ -54,6 +56,15 @@ The best program so far:
 {last}
 Write a new, different program for this category. This time: {direction}
 Reply with only the SQL in a ```sql block."""
+
+REPAIR = """{toolkit}
+
+This program
+```sql
+{program}
+```
+was {status}: {error}
+Write it again, fixed, so that it does the same thing and runs. Reply with only the SQL in a ```sql block."""
 
 
 @dataclass
@@ -210,13 +221,20 @@ def _train_category(conn, skb: str, skb_id: int, run_id: int, category: str, mem
     best: tuple[int, str, Score, str] | None = None      # (program_id, sql, score, feedback)
     last = ""
     written: list[tuple[int, str]] = []
+    repair: tuple[str, str, str] | None = None          # (program, status, error) to fix in the next iteration
+    directions = 0                                      # directions asked so far
     with progress.stage(f"agent {category}"[:24], total=s.iterations + 1) as stage:
         for iteration in range(s.iterations + 1):
             if iteration == 0:
                 text, author = SEED, "seed"
             else:
-                prompt = REVISE.format(toolkit=toolkit, category=_category_text(category), examples=examples,
-                                       program=best[1], feedback=best[3], last=last, direction=direction(iteration))
+                if repair is not None:       # the last program failed or was rejected: one attempt to fix it
+                    prompt = REPAIR.format(toolkit=toolkit, program=repair[0], status=repair[1], error=repair[2])
+                else:
+                    directions += 1
+                    prompt = REVISE.format(toolkit=toolkit, category=_category_text(category), examples=examples,
+                                           program=best[1], feedback=best[3], last=last,
+                                           direction=direction(directions))
                 reply = client.chat([{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}],
                                     max_tokens=s.max_tokens)
                 text, author = extract_sql(reply.text), "llm"
@@ -240,6 +258,9 @@ def _train_category(conn, skb: str, skb_id: int, run_id: int, category: str, mem
                         f"({'the best so far' if best[0] == program_id else 'worse than the best'}).")
             else:
                 last = f"Your last program\n```sql\n{text}\n```\nwas {status}: {score.error}. Fix that."
+            was_repair, repair = repair is not None, None
+            if status != "ok" and author == "llm" and not was_repair and repeated is None:
+                repair = (text, status, score.error)
             if best is None:               # even the seed failed: nothing to revise
                 raise RuntimeError(f"the seed program failed on {skb!r}: {score.error}")
             stage.advance()
