@@ -1,7 +1,8 @@
 -- Named statements for dense retrieval: the model registry, build records, and the searches.
 
--- name: lock_model(name)
--- Serialises the first registration of a model (and the creation of its tables).
+-- name: lock_model(name)$
+-- Serialises the first registration of a model (and the creation of its tables) until the transaction
+-- ends. `$`: run now (without a suffix aiosql returns a lazy cursor that never runs).
 select pg_advisory_xact_lock(hashtext('stark-pg embedding model ' || :name));
 
 -- name: find_model(name)^

@@ -1,8 +1,27 @@
 -- Named statements for storing, listing and dropping SKBs (loaded with aiosql by stark_pg.resources).
 
--- name: lock_skb_name(name)
--- Serialises concurrent loads/drops of one SKB name until the transaction ends.
+-- One writer per SKB name (stark_pg.skb.locks): loads, drops and index builds of a name queue behind
+-- each other. The `$` suffix makes aiosql run the statement and read its value (without a suffix it
+-- returns a lazy cursor that never runs, and no lock is taken). Session and transaction locks on the
+-- same key exclude each other.
+
+-- name: try_lock_skb_name(name)$
+-- The name's lock until the transaction ends, if no one holds it: true when taken.
+select pg_try_advisory_xact_lock(hashtext('stark-pg skb ' || :name));
+
+-- name: lock_skb_name(name)$
+-- The name's lock until the transaction ends, waiting for whoever holds it.
 select pg_advisory_xact_lock(hashtext('stark-pg skb ' || :name));
+
+-- name: try_lock_skb_name_session(name)$
+-- The same lock held until released (index builds commit many transactions), if no one holds it.
+select pg_try_advisory_lock(hashtext('stark-pg skb ' || :name));
+
+-- name: lock_skb_name_session(name)$
+select pg_advisory_lock(hashtext('stark-pg skb ' || :name));
+
+-- name: unlock_skb_name_session(name)$
+select pg_advisory_unlock(hashtext('stark-pg skb ' || :name));
 
 -- name: find_skb_id(name)$
 select skb_id from stark.skb where name = :name;

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,12 +22,12 @@ logging.getLogger("pgserver").setLevel(logging.WARNING)
 # Settings applied once to a new cluster: bulk loads and index builds want more WAL and memory
 # than PostgreSQL's defaults, and HNSW indexes of a million vectors (1.5 GB) must fit in shared
 # buffers to answer in milliseconds. shared_buffers takes effect on the restart that follows.
+# Not synchronous_commit = off: it let a commit (a whole load) be reported before it was on disk.
 _TUNING = {
     "max_wal_size": "4GB",
     "maintenance_work_mem": "512MB",
     "work_mem": "64MB",
     "checkpoint_timeout": "15min",
-    "synchronous_commit": "off",
 }
 
 
@@ -53,6 +54,8 @@ def start() -> EmbeddedServer:
     if fresh:
         _tune(server.get_uri())
         _restart(server)
+    else:
+        _untune_async_commit(pgdata, server.get_uri())
     return EmbeddedServer(pgdata=pgdata, uri=server.get_uri(), pid=server.get_pid())
 
 
@@ -70,6 +73,24 @@ def _tune(uri: str) -> None:
     with psycopg.connect(uri, autocommit=True) as conn:
         for name, value in (_TUNING | {"shared_buffers": _shared_buffers()}).items():
             conn.execute(f"alter system set {name} = '{value}'")
+
+
+def _untune_async_commit(pgdata: Path, uri: str) -> None:
+    """Clusters tuned by earlier versions committed asynchronously server-wide; put them back to
+    PostgreSQL's synchronous default. Reading the settings file first keeps the check free for the rest."""
+    try:
+        settings = (pgdata / "postgresql.auto.conf").read_text()
+    except OSError:
+        return
+    if not re.search(r"^\s*synchronous_commit\s*=", settings, re.MULTILINE):
+        return
+    import psycopg
+
+    from stark_pg.resources import queries
+
+    with psycopg.connect(uri, autocommit=True) as conn:
+        queries().reset_synchronous_commit(conn)
+        queries().reload_configuration(conn)
 
 
 def _restart(server) -> None:

@@ -33,6 +33,7 @@ from stark_pg import embed
 from stark_pg.progress import NullReporter, Reporter
 from stark_pg.resources import queries, sql_text
 from stark_pg.skb.catalog import require_skb
+from stark_pg.skb.locks import skb_name_locked
 
 BATCH_SIZE = 256          # documents embedded and committed together
 CHUNK_NODE_BATCH = 32     # nodes whose chunks are embedded and committed together (about 200-300 chunks)
@@ -117,7 +118,15 @@ def build_dense(conn: psycopg.Connection, skb_name: str, model: str | None = Non
     `with_relations` and `max_neighbors` shape the documents (see stark.render_document) and the
     relation chunks; `chunk_chars` the length of field pieces. Changing any of them changes the texts,
     so the next build re-embeds what they affect. Returns counts per kind and the seconds taken.
+    Holds the SKB name's lock throughout: builds and loads of one name queue.
     """
+    with skb_name_locked(conn, skb_name):
+        return _build_dense(conn, skb_name, model, with_relations, multi_vector, progress, max_neighbors,
+                            chunk_chars, batch_size, m, ef_construction)
+
+
+def _build_dense(conn, skb_name, model, with_relations, multi_vector, progress, max_neighbors, chunk_chars,
+                 batch_size, m, ef_construction) -> dict:
     progress = progress or NullReporter()
     started = time.perf_counter()
     skb_id = require_skb(conn, skb_name)

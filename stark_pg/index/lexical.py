@@ -16,6 +16,7 @@ import psycopg
 from stark_pg.progress import NullReporter, Reporter
 from stark_pg.resources import queries as sql
 from stark_pg.skb.catalog import require_skb
+from stark_pg.skb.locks import skb_name_locked
 
 
 def build_lexical(conn: psycopg.Connection, skb_name: str, progress: Reporter | None = None,
@@ -23,8 +24,14 @@ def build_lexical(conn: psycopg.Connection, skb_name: str, progress: Reporter | 
     """Refresh every scope; returns {scope: documents re-indexed} and the seconds taken.
 
     `extra_scopes` adds scopes beyond the default ones: 'type' and 'relation:<relation>'
-    (see `relation_scopes`).
+    (see `relation_scopes`). Holds the SKB name's lock throughout: builds and loads of one name queue.
     """
+    with skb_name_locked(conn, skb_name):
+        return _build_lexical(conn, skb_name, progress, extra_scopes)
+
+
+def _build_lexical(conn: psycopg.Connection, skb_name: str, progress: Reporter | None,
+                   extra_scopes: list[str] | None) -> dict:
     progress = progress or NullReporter()
     started = time.perf_counter()
     skb_id = require_skb(conn, skb_name)

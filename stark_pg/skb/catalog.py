@@ -5,6 +5,7 @@ from __future__ import annotations
 import psycopg
 
 from stark_pg.resources import queries as sql
+from stark_pg.skb.locks import lock_skb_name
 from stark_pg.skb.records import LoadError
 
 
@@ -37,5 +38,5 @@ def require_skb(conn: psycopg.Connection, name: str) -> int:
 
 def drop_skb(conn: psycopg.Connection, name: str) -> None:
     with conn.transaction():
-        sql().lock_skb_name(conn, name=name)
+        lock_skb_name(conn, name)
         sql().delete_skb_rows(conn, skb_id=require_skb(conn, name))

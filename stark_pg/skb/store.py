@@ -24,6 +24,7 @@ from stark_pg.progress import NullReporter, Reporter
 from stark_pg.resources import queries as sql
 from stark_pg.skb import copy_text
 from stark_pg.skb.copy_text import CopyWriter
+from stark_pg.skb.locks import lock_skb_name
 from stark_pg.skb.records import LoadError, QuerySource, SkbSource
 
 IfExists = Literal["replace", "skip", "fail"]
@@ -73,7 +74,7 @@ def load_skb(conn: psycopg.Connection, source: SkbSource, name: str | None = Non
     started = time.perf_counter()
     summary = LoadSummary(name=name, skb_id=None, status="loaded")
     with conn.transaction():
-        sql().lock_skb_name(conn, name=name)
+        lock_skb_name(conn, name)
         existing = sql().find_skb_id(conn, name=name)
         if existing is not None:
             if if_exists == "skip":
@@ -108,7 +109,7 @@ def load_queries(conn: psycopg.Connection, skb_name: str, source: QuerySource, *
     started = time.perf_counter()
     summary = LoadSummary(name=skb_name, skb_id=None, status="queries-loaded")
     with conn.transaction():
-        sql().lock_skb_name(conn, name=skb_name)
+        lock_skb_name(conn, skb_name)
         skb_id = sql().find_skb_id(conn, name=skb_name)
         if skb_id is None:
             raise LoadError(f"no SKB named {skb_name!r} is loaded; load its nodes and edges first")
