@@ -56,7 +56,47 @@ def start() -> EmbeddedServer:
         _restart(server)
     else:
         _untune_async_commit(pgdata, server.get_uri())
+    _make_private(pgdata, server.get_uri())
     return EmbeddedServer(pgdata=pgdata, uri=server.get_uri(), pid=server.get_pid())
+
+
+_HBA = """# Written by stark-pg (stark_pg/db/embedded.py) at every start: only the OS user who runs stark-pg
+# may connect, over the Unix socket, as the roles of the map `stark` (pg_ident.conf); no TCP.
+local all all peer map=stark
+"""
+
+
+def _make_private(pgdata: Path, uri: str) -> None:
+    """Peer authentication instead of pgserver's `trust`: with trust, any local user who reaches the
+    socket is superuser, and with a long data path pgserver puts the socket in a world-writable
+    directory (/tmp/runtime-UID/python_PostgresServer/...). Peer authentication checks the connecting
+    process's OS user whatever the directory, and maps only ours to the roles stark-pg uses."""
+    import pwd
+
+    owner = pwd.getpwuid(os.geteuid()).pw_name
+    ident = (f"# Written by stark-pg: the OS user {owner} may connect as these roles.\n"
+             f"stark {owner} postgres\nstark {owner} stark_agent\n")
+    changed = _write_if_different(pgdata / "pg_hba.conf", _HBA)
+    changed = _write_if_different(pgdata / "pg_ident.conf", ident) or changed
+    if changed:  # the rules in force until the reload still let us in
+        import psycopg
+
+        from stark_pg.resources import queries
+
+        with psycopg.connect(uri, autocommit=True) as conn:
+            queries().reload_configuration(conn)
+
+
+def _write_if_different(path: Path, text: str) -> bool:
+    """Rewrite a server file in place (owner and mode kept: the server may run as another user)."""
+    try:
+        if path.read_text() == text:
+            return False
+    except FileNotFoundError:
+        pass
+    with open(path, "w") as handle:
+        handle.write(text)
+    return True
 
 
 def _shared_buffers() -> str:

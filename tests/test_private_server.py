@@ -1,0 +1,58 @@
+"""The embedded server is private to the OS user who runs stark-pg, whatever its data path.
+
+pgserver initialises clusters with `trust` authentication, and when the data directory's path is too
+long for a Unix socket it puts the socket in a world-writable directory under /tmp: any local user
+could then connect as superuser (and run commands as the server through COPY ... TO PROGRAM).
+stark_pg.db.embedded rewrites the authentication rules at every start to peer authentication mapped
+to our OS user only. Checked with the OS user `nobody`, which needs root to switch to.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("runuser") is None,
+                                reason="needs root and runuser to act as another OS user")
+
+
+def psql_as_nobody(uri: str) -> subprocess.CompletedProcess:
+    import pgserver
+
+    psql = Path(pgserver.__file__).parent / "pginstall" / "bin" / "psql"
+    host = conninfo_to_dict(uri)["host"]
+    return subprocess.run(["runuser", "-u", "nobody", "--", str(psql), "-h", host, "-U", "postgres", "-Atc",
+                           "select usesuper from pg_user where usename = current_user", "postgres"],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_another_os_user_cannot_connect_even_when_the_socket_is_in_tmp(tmp_path, monkeypatch):
+    from stark_pg.db import embedded
+
+    home = tmp_path / ("d" * 90)            # too long a path for a socket inside the data directory
+    monkeypatch.setenv("STARK_PG_HOME", str(home))
+    server = embedded.start()
+    try:
+        socket_dir = conninfo_to_dict(server.uri)["host"]
+        assert not socket_dir.startswith(str(home))               # the case of the hole: the socket is elsewhere
+        with psycopg.connect(server.uri) as mine:                 # the owner still connects
+            assert mine.execute("select 1").fetchone() == (1,)
+        other = psql_as_nobody(server.uri)
+        assert other.returncode != 0 and "Peer authentication failed" in other.stderr, other.stdout + other.stderr
+        hba = (home / "pgdata" / "pg_hba.conf").read_text()
+        assert "trust" not in hba.replace("# ", "") and "peer map=stark" in hba
+    finally:
+        embedded.stop()
+
+
+def test_the_test_server_is_private_too(server_url):
+    if os.environ.get("STARK_PG_TEST_DSN"):
+        pytest.skip("an external server: its authentication is its owner's business")
+    other = psql_as_nobody(server_url)
+    assert other.returncode != 0
