@@ -168,6 +168,8 @@ def test_the_agent_method_runs_the_kept_programs_and_beats_vss(conn, llm, traine
     ranking = agent_method.search(conn, SKB, val.queries[0].body, 10, options)
     explain = ranking.trace["explain"]
     assert {"category", "program", "slots", "SQL as run"} <= set(explain)
+    assert "384 values]' AS VECTOR)" in explain["SQL as run"][0]            # shortened for the reader
+    assert ranking.trace["sql"].count(",") > 383                                # the trace keeps it whole
 
 
 def test_a_failing_program_falls_back_to_hybrid_and_says_why(conn, llm, trained):

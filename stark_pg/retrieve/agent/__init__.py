@@ -12,6 +12,7 @@ only when the program uses entity slots), validated again and run as the sandbox
 
 from __future__ import annotations
 
+import re
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -80,6 +81,14 @@ def trained_programs(conn: psycopg.Connection, skb: str, skb_id: int, run: int |
     return run_id, programs
 
 
+def _short_vectors(sql_text: str) -> str:
+    """The SQL for a reader: each vector literal cut to its first values (the trace keeps it whole)."""
+    def cut(match: re.Match) -> str:
+        values = match.group(1).split(",")
+        return f"'[{','.join(values[:3])},... {len(values)} values]'" if len(values) > 3 else match.group(0)
+    return re.sub(r"'\[([-0-9.e,]+)\]'", cut, sql_text)
+
+
 def _uses_entities(text: str) -> bool:
     try:
         return sandbox.validate(text).uses_entities
@@ -121,7 +130,7 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
         explain["program"] = [f"program {program_id} (iteration {iteration}; held-out MRR "
                               f"{(holdout or {}).get('mrr', float('nan')):.3f})", text]
         explain["slots"] = [f":{key} = {value!r}" for key, value in shown(outcome.values).items()]
-        explain["SQL as run"] = [outcome.sql or "(not run)"]
+        explain["SQL as run"] = [_short_vectors(outcome.sql) if outcome.sql else "(not run)"]
         error = outcome.error or (None if outcome.hits else "the program returned no rows")
         if error is None:
             trace["explain"] = explain
