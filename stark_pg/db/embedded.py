@@ -9,6 +9,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+import subprocess
+import sys
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +30,7 @@ _TUNING = {
     "max_wal_size": "4GB",
     "maintenance_work_mem": "512MB",
     "work_mem": "64MB",
-    "checkpoint_timeout": "15min",
+    "checkpoint_timeout": "5min",   # bounds the WAL a crash leaves to replay (it was 15min: 12.8 s of recovery)
 }
 
 
@@ -50,7 +53,15 @@ def start() -> EmbeddedServer:
     # pgserver needs the parent directory to exist; the data directory it creates itself.
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     fresh = not (pgdata / "PG_VERSION").exists()
-    server = pgserver.get_server(pgdata, cleanup_mode=None)
+    _check_pid_file(pgdata)
+    _forget_stopped_handle(pgdata)
+    try:
+        server = pgserver.get_server(pgdata, cleanup_mode=None)
+    except subprocess.TimeoutExpired:
+        # pg_ctl gave up after 10 s, typically while the server replays WAL after a crash
+        _wait_until_ready(pgdata)
+        server = pgserver.get_server(pgdata, cleanup_mode=None)   # the handle registered before the timeout
+        server.ensure_postgres_running()
     if fresh:
         _tune(server.get_uri())
         _restart(server)
@@ -142,25 +153,103 @@ def _restart(server) -> None:
     server.ensure_postgres_running()
 
 
-def running_pid() -> int | None:
-    """The postmaster's pid if the embedded server is running, without starting it."""
-    pid_file = pgdata_dir() / "postmaster.pid"
-    if not pid_file.exists():
+class EmbeddedServerError(RuntimeError):
+    """The embedded server cannot be started or stopped; the message says why and what to do."""
+
+
+def _pid_file_pid(pgdata: Path) -> int | None:
+    try:
+        return int((pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return None
+
+
+def _postmaster(pgdata: Path):
+    """The process serving `pgdata` (a psutil.Process), or None: the pid of postmaster.pid, alive, and
+    a postgres whose command line names this directory. A pid file can outlive its server (kill -9,
+    a crash) and its pid be reused by anything; that process is not ours to report or to stop."""
+    import psutil
+
+    pid = _pid_file_pid(pgdata)
+    if pid is None:
         return None
     try:
-        pid = int(pid_file.read_text().split("\n", 1)[0])
-        os.kill(pid, 0)
-    except (ValueError, ProcessLookupError, PermissionError):
+        process = psutil.Process(pid)
+        command = " ".join(process.cmdline())
+        ours = process.name() == "postgres" and (str(pgdata) in command or str(pgdata.resolve()) in command)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return None
-    return pid
+    return process if ours else None
+
+
+def _check_pid_file(pgdata: Path) -> None:
+    """A postmaster.pid naming a live process that is not our server makes PostgreSQL refuse to start,
+    and pgserver then reports only that it cannot connect: say what is wrong and how to fix it."""
+    import psutil
+
+    pid = _pid_file_pid(pgdata)
+    if pid is None or _postmaster(pgdata) is not None or not psutil.pid_exists(pid):
+        return
+    try:
+        what = psutil.Process(pid).name()
+    except psutil.Error:
+        what = "?"
+    raise EmbeddedServerError(
+        f"{pgdata / 'postmaster.pid'} names process {pid} ({what}), which is not a PostgreSQL server of this "
+        f"data directory: the file is left over from a server that did not shut down cleanly. If no PostgreSQL "
+        f"runs on {pgdata}, delete that file and run the command again.")
+
+
+def _wait_until_ready(pgdata: Path, limit: float = 600.0) -> None:
+    """Wait (saying so) until the server started on `pgdata` accepts connections: after a crash it
+    first replays its WAL, which can take longer than pgserver's 10 s."""
+    from pgserver.utils import PostmasterInfo
+
+    print(f"PostgreSQL in {pgdata} is recovering from an unclean shutdown; waiting for it (log: {pgdata / 'log'})...",
+          file=sys.stderr, flush=True)
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        info = PostmasterInfo.read_from_pgdata(pgdata)
+        if info is not None and info.is_running() and info.status == "ready":
+            return
+        if info is not None and not info.is_running():
+            break
+        time.sleep(1.0)
+    raise EmbeddedServerError(f"PostgreSQL in {pgdata} did not become ready; see {pgdata / 'log'}")
+
+
+def _forget_stopped_handle(pgdata: Path) -> None:
+    """pgserver keeps one handle per data directory per process and hands it out again without
+    checking that its server still runs; after a stop (or a crash) in this process, start afresh."""
+    from pgserver.postgres_server import PostgresServer
+
+    key = pgdata.expanduser().resolve()
+    if key in PostgresServer._instances and _postmaster(pgdata) is None:
+        del PostgresServer._instances[key]
+
+
+def running_pid() -> int | None:
+    """The postmaster's pid if the embedded server is running, without starting it."""
+    process = _postmaster(pgdata_dir())
+    return process.pid if process is not None else None
 
 
 def stop() -> bool:
-    """Stop the embedded server; False if it was not running."""
-    if running_pid() is None:
-        return False
-    import pgserver
+    """Stop the embedded server; False if it was not running. Stops it whatever pgserver's list of
+    client processes says (a killed client stays on it, and pgserver then stops nothing), only if it
+    is ours, and checks that it stopped."""
+    import psutil
+    from pgserver._commands import pg_ctl
 
-    server = pgserver.get_server(pgdata_dir(), cleanup_mode="stop")
-    server.cleanup()
+    pgdata = pgdata_dir()
+    process = _postmaster(pgdata)
+    if process is None:
+        return False
+    system_user = "pgserver" if os.geteuid() == 0 else None     # whom pgserver runs the server as
+    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=system_user, timeout=120)
+    try:
+        process.wait(30)
+    except psutil.TimeoutExpired:
+        raise EmbeddedServerError(f"the PostgreSQL server {process.pid} on {pgdata} did not stop") from None
+    (pgdata / ".handle_pids.json").unlink(missing_ok=True)
     return True

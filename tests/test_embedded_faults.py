@@ -1,0 +1,69 @@
+"""Faults of the embedded server (issue 15, items 9-11), each on a private server in a temporary
+STARK_PG_HOME: a crash is recovered from, `stop` stops the server whatever pgserver's list of client
+processes says, and a stale postmaster.pid naming an unrelated live process is explained, never
+killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import psutil
+import psycopg
+import pytest
+
+
+@pytest.fixture
+def embedded(tmp_path, monkeypatch):
+    from stark_pg.db import embedded as module
+
+    monkeypatch.setenv("STARK_PG_HOME", str(tmp_path / "home"))
+    yield module
+    module.stop()
+
+
+def test_stop_stops_the_server_even_with_dead_clients_on_pgservers_list(embedded):
+    server = embedded.start()
+    pid = embedded.running_pid()
+    assert pid == server.pid
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (server.pgdata / ".handle_pids.json").write_text(json.dumps([dead.pid, os.getpid()]))
+    assert embedded.stop() is True
+    assert not psutil.pid_exists(pid) and embedded.running_pid() is None
+    assert embedded.stop() is False
+
+
+def test_a_stale_pid_file_naming_another_process_is_explained_and_that_process_left_alone(embedded):
+    server = embedded.start()
+    embedded.stop()
+    stranger = subprocess.Popen(["sleep", "300"])
+    try:
+        pid_file = server.pgdata / "postmaster.pid"
+        pid_file.write_text(f"{stranger.pid}\n{server.pgdata}\n0\n5432\n\n\n\nready\n")
+        assert embedded.running_pid() is None
+        assert embedded.stop() is False
+        with pytest.raises(embedded.EmbeddedServerError, match="postmaster.pid names process .* delete that file"):
+            embedded.start()
+        assert stranger.poll() is None                   # still alive: not ours to kill
+        pid_file.unlink()
+        with psycopg.connect(embedded.start().uri) as conn:
+            assert conn.execute("select 1").fetchone() == (1,)
+    finally:
+        stranger.kill()
+
+
+def test_the_server_comes_back_after_a_crash_with_its_committed_data(embedded):
+    server = embedded.start()
+    with psycopg.connect(server.uri, autocommit=True) as conn:
+        conn.execute("create table survivor (x int)")
+        conn.execute("insert into survivor select generate_series(1, 1000)")
+    os.kill(server.pid, signal.SIGKILL)
+    psutil.Process(server.pid).wait(10) if psutil.pid_exists(server.pid) else None
+    again = embedded.start()
+    assert again.pid != server.pid
+    with psycopg.connect(again.uri) as conn:
+        assert conn.execute("select count(*) from survivor").fetchone() == (1000,)
