@@ -49,7 +49,11 @@ class BundleSource:
             try:
                 obj = json.loads(text)
             except json.JSONDecodeError as exc:
-                raise LoadError(f"malformed JSON ({exc.msg} at column {exc.colno})", label, line) from None
+                # json's own message may end in "at" ("Unterminated string starting at"): say it once
+                what = exc.msg.removesuffix(" at")
+                raise LoadError(f"malformed JSON ({what} at column {exc.colno})", label, line) from None
+            except RecursionError:
+                raise LoadError("JSON nested too deeply", label, line) from None
             yield line, _node(obj, label, line)
 
     def edges(self) -> Iterator[tuple[int, int, str, int]]:

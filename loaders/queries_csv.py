@@ -27,9 +27,10 @@ def read_queries(path: Path, label: str | None = None, *, default_split: str = "
     numbered: list[int] = []
 
     def texts():
+        # the line ending goes back on: csv needs it to keep the newline inside a quoted multi-line field
         for number, text in lines:
             numbered.append(number)
-            yield text
+            yield text + "\n"
 
     reader = csv.reader(texts())
     try:
@@ -43,13 +44,14 @@ def read_queries(path: Path, label: str | None = None, *, default_split: str = "
                         label, 1)
     column = {name: i for i, name in enumerate(header)}
     while True:
+        first = len(numbered)           # the row starts on the next line read (errors name that line)
         try:
             row = next(reader)
         except StopIteration:
             return
         except csv.Error as exc:
             raise LoadError(f"bad CSV: {exc}", label, numbered[-1]) from None
-        line = numbered[-1]
+        line = numbered[first] if first < len(numbered) else numbered[-1]
         if not row:
             continue
         if len(row) != len(header):

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Iterator
 
-from stark_pg.skb.records import LoadError
+from stark_pg.skb.records import LoadError, check_int8
 
 
 def decoded_lines(path: Path, label: str | None = None) -> Iterator[tuple[int, str]]:
@@ -29,8 +30,13 @@ def decoded_lines(path: Path, label: str | None = None) -> Iterator[tuple[int, s
             raise LoadError("the file is empty", label)
 
 
+_INTEGER = re.compile(r"\s*[+-]?[0-9]+\s*")
+
+
 def parse_int(text: str, what: str, label: str, line: int) -> int:
-    try:
-        return int(text)
-    except (TypeError, ValueError):
-        raise LoadError(f"{what} {text!r} is not an integer", label, line) from None
+    """A decimal integer that fits PostgreSQL's bigint. Plain ASCII digits only: Python's int() would
+    also take '1_4_4' (as 144) or other scripts' digits, which no one means in an id column."""
+    if not isinstance(text, str) or not _INTEGER.fullmatch(text):
+        raise LoadError(f"{what} {str(text)[:60]!r} is not an integer", label, line)
+    return check_int8(int(text), what, label, line)
+

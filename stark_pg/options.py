@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 
 
@@ -20,8 +21,19 @@ def parse_options(options_class, pairs: list[str] | None):
         key = key.strip().replace("-", "_")
         if not sep or key not in names:
             raise OptionError(f"--option {pair!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(names))}")
-        values[key] = _convert(raw, hints[key], pair)
+        values[key] = _checked(options_class, key, _convert(raw, hints[key], pair), pair)
     return options_class(**values)
+
+
+def _checked(options_class, key: str, value, pair: str):
+    """Every method's numbers must be finite (nan or inf only turn into NaN scores), and within the
+    bounds its Options class declares in an optional `LIMITS = {name: (low, high)}` class attribute."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise OptionError(f"--option {pair!r}: must be a finite number")
+    low, high = getattr(options_class, "LIMITS", {}).get(key, (None, None))
+    if value is not None and ((low is not None and value < low) or (high is not None and value > high)):
+        raise OptionError(f"--option {pair!r}: must be between {low} and {high}")
+    return value
 
 
 def _convert(raw: str, hint, pair: str):

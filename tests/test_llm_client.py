@@ -18,7 +18,7 @@ from stark_pg.llm import (LLMCacheMiss, LLMCallFailed, LLMClient, LLMError, LLMI
                           client_from_options)
 from stark_pg.llm.cache import LLMCache
 
-ENV = ("STARK_PG_LLM", "STARK_PG_LLM_BASE_URL", "STARK_PG_LLM_CACHE", "STARK_PG_LLM_TIMEOUT", "STARK_PG_LLM_RETRIES",
+ENV = ("STARK_PG_LLM", "STARK_PG_LLM_BASE_URL", "STARK_PG_LLM_ENDPOINT", "STARK_PG_LLM_CACHE", "STARK_PG_LLM_TIMEOUT", "STARK_PG_LLM_RETRIES",
        "OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")
 HELLO = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hello."}]
 
@@ -75,6 +75,7 @@ def test_cache_only_fails_on_a_miss_without_calling_and_replays_a_hit(conn, serv
 
 def test_cache_only_needs_no_api_key(conn, server, monkeypatch):
     openai_client(conn, server).chat(HELLO)
+    monkeypatch.setenv("STARK_PG_LLM_ENDPOINT", server.openai_url)    # the server that answered, declared
     replay = client_from_options(conn, llm="openai:qwen-test", cache="only")   # no base_url, no OPENAI_API_KEY
     assert replay.chat(HELLO).text == "echo: Say hello."
 
@@ -110,19 +111,68 @@ def test_a_cached_answer_survives_the_callers_rollback(conn, db_url, server):
     assert openai_client(conn, server).chat(HELLO).cached
 
 
-def test_the_cache_key_ignores_dict_order_and_the_server_address(conn, server):
+def test_the_cache_key_ignores_dict_order_but_not_the_server(conn, server, monkeypatch):
     client = openai_client(conn, server)
     client.chat([{"content": "Say hello.", "role": "user"}])
+    assert openai_client(conn, server).chat([{"role": "user", "content": "Say hello."}]).cached
     other = FakeLLMServer().start()
     try:
         moved = client_from_options(conn, llm="openai:qwen-test", base_url=other.openai_url)
-        assert moved.chat([{"role": "user", "content": "Say hello."}]).cached
-        assert other.requests == []
+        assert not moved.chat([{"role": "user", "content": "Say hello."}]).cached   # another server answers
+        assert len(other.requests) == 1
+        monkeypatch.setenv("STARK_PG_LLM_ENDPOINT", server.openai_url)              # declared: the same model
+        declared = client_from_options(conn, llm="openai:qwen-test", base_url=other.openai_url)
+        assert declared.chat([{"role": "user", "content": "Say hello."}]).cached and len(other.requests) == 1
     finally:
         other.stop()
-    stored = conn.execute("select request from stark.llm_cache").fetchone()[0]
-    assert stored["base_url"] == server.openai_url and stored["messages"] == [{"role": "user",
-                                                                               "content": "Say hello."}]
+    stored = conn.execute("select request from stark.llm_cache order by created_at").fetchone()[0]
+    assert stored["base_url"] == server.openai_url and stored["endpoint"] == server.openai_url.rstrip("/")
+    assert stored["messages"] == [{"role": "user", "content": "Say hello."}]
+
+
+def test_a_local_servers_answer_is_not_replayed_as_the_providers(conn, server, monkeypatch):
+    openai_client(conn, server).chat(HELLO)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    official = client_from_options(conn, llm="openai:qwen-test", cache="only")
+    assert official.settings.endpoint == ""
+    with pytest.raises(LLMCacheMiss):
+        official.chat(HELLO)
+
+
+def test_migration_0013_rekeys_server_rows_and_back(server_url):
+    import uuid
+
+    from alembic import command
+    from psycopg.conninfo import make_conninfo
+    from pytest_postgresql.janitor import DatabaseJanitor
+
+    from conftest import _server_params
+    from stark_pg.db.migrate import alembic_config, upgrade
+    from stark_pg.llm.cache import canonical_json, request_hash
+
+    name = f"stark_llm_{uuid.uuid4().hex[:8]}"
+    janitor = DatabaseJanitor(dbname=name, **_server_params(server_url))
+    janitor.init()
+    try:
+        url = make_conninfo(server_url, dbname=name)
+        upgrade(url, "0012")
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "temperature": 0.0}
+        with psycopg.connect(url, autocommit=True) as c:
+            for base_url in ("http://127.0.0.1:8008/v1/", None):
+                c.execute("insert into stark.llm_cache (provider, model, request_hash, request, response) "
+                          "values ('openai', %s, %s, %s::jsonb, '{}')",
+                          ("local" if base_url else "official", request_hash(body),
+                           canonical_json(body | {"base_url": base_url})))
+        upgrade(url, "0013")
+        with psycopg.connect(url) as c:
+            keys = dict(c.execute("select model, request_hash from stark.llm_cache").fetchall())
+        assert keys == {"local": request_hash(body, "http://127.0.0.1:8008/v1"), "official": request_hash(body)}
+        command.downgrade(alembic_config(url), "0012")
+        with psycopg.connect(url) as c:
+            keys = dict(c.execute("select model, request_hash from stark.llm_cache").fetchall())
+        assert keys == {"local": request_hash(body), "official": request_hash(body)}
+    finally:
+        janitor.drop()
 
 
 # --- retries, timeouts, errors ------------------------------------------------------------------
@@ -298,7 +348,8 @@ def test_settings_from_the_environment(conn, server, monkeypatch):
     monkeypatch.setenv("STARK_PG_LLM_TIMEOUT", "12.5")
     monkeypatch.setenv("STARK_PG_LLM_RETRIES", "0")
     client = client_from_options(conn)
-    assert client.settings == LLMSettings("openai", "from-env", server.openai_url, "use", 12.5, 0)
+    assert client.settings == LLMSettings("openai", "from-env", server.openai_url, "use", 12.5, 0,
+                                          server.openai_url.rstrip("/"))
     client.chat(HELLO)
     assert server.requests[0]["body"]["model"] == "from-env"
     # a keyless server gets a placeholder key; options win over the environment

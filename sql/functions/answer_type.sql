@@ -9,7 +9,7 @@ create or replace function stark.answer_type_votes(skb_name text, query vector, 
                                                    question text default null)
 returns table (node_type text, share double precision, voters int)
 language sql stable as $$
-    with skb as (select stark.skb_id(skb_name) as id),
+    with skb as (select stark.require_skb(skb_name) as id),
     near as (
         select q.query_id, q.answer_ids
         from stark.query q

@@ -58,7 +58,7 @@ create or replace function stark.document_chunks(skb_name text, node bigint, wit
 returns table (chunk_no int, kind text, body text)
 language sql stable as $$
     select c.chunk_no, c.kind, c.body
-    from stark.render_chunks(stark.skb_id(skb_name), array[node], with_relations) c
+    from stark.render_chunks(stark.require_skb(skb_name), array[node], with_relations) c
     order by c.chunk_no
 $$;
 comment on function stark.document_chunks(text, bigint, boolean) is

@@ -31,7 +31,7 @@ comment on function stark.render_document(int, bigint, boolean, int) is
 create or replace function stark.document(skb_name text, node bigint, with_relations boolean default false)
 returns text
 language sql stable as $$
-    select stark.render_document(stark.skb_id(skb_name), node, with_relations)
+    select stark.render_document(stark.require_skb(skb_name), node, with_relations)
 $$;
 comment on function stark.document(text, bigint, boolean) is
     'A node of the named SKB rendered as one text document (see stark.render_document).';

@@ -6,30 +6,58 @@ language sql stable strict as $$
 $$;
 comment on function stark.skb_id(text) is 'The numeric key of the SKB with this name (NULL if none).';
 
+create or replace function stark.require_skb(skb_name text) returns int
+language plpgsql stable as $$
+-- stark.skb_id, but an unknown name is an error: the functions of the SQL API that take an SKB name
+-- use it, so a typo fails loudly instead of returning no rows (which looks like "nothing matched").
+declare
+    found int := stark.skb_id(skb_name);
+begin
+    if found is null then
+        raise exception 'no SKB named %', coalesce(quote_literal(skb_name), 'NULL')
+            using errcode = 'invalid_parameter_value';
+    end if;
+    return found;
+end
+$$;
+comment on function stark.require_skb(text) is 'The numeric key of the SKB with this name; an error if there is none.';
+
 create or replace function stark.neighbors(skb_name text, start_node bigint, rel text default null, hops int default 1)
 returns table (node_id bigint, type text, name text, hop int)
-language sql stable as $$
-    -- Nodes reachable from start_node in at most `hops` outgoing edges (of relation `rel` if given),
-    -- each at its shortest distance; the start node itself is not returned.
+language plpgsql stable as $$
+#variable_conflict use_column
+-- Nodes reachable from start_node in at most `hops` outgoing edges (of relation `rel` if given),
+-- each at its shortest distance; the start node itself is not returned. `hops` is capped at 10
+-- (a walk's cost grows with every hop and 10 already spans any STaRK graph), and an unknown SKB
+-- is an error rather than an empty result that looks like "no neighbours".
+declare
+    skb int := stark.require_skb(skb_name);
+begin
+    if hops is null or hops < 1 or hops > 10 then
+        raise exception 'hops must be between 1 and 10, not %', coalesce(hops::text, 'NULL')
+            using errcode = 'invalid_parameter_value';
+    end if;
+    return query
     with recursive walk(node_id, hop) as (
         select e.dst, 1
         from stark.edge e
-        where e.skb_id = stark.skb_id(skb_name) and e.src = start_node and (rel is null or e.relation = rel)
+        where e.skb_id = skb and e.src = start_node and (rel is null or e.relation = rel)
         union
         select e.dst, w.hop + 1
         from walk w
-        join stark.edge e on e.skb_id = stark.skb_id(skb_name) and e.src = w.node_id
+        join stark.edge e on e.skb_id = skb and e.src = w.node_id
         where w.hop < hops and (rel is null or e.relation = rel)
     )
     select n.node_id, n.type, n.name, min(w.hop)::int as hop
     from walk w
-    join stark.node n on n.skb_id = stark.skb_id(skb_name) and n.node_id = w.node_id
+    join stark.node n on n.skb_id = skb and n.node_id = w.node_id
     where w.node_id <> start_node
     group by n.node_id, n.type, n.name
-    order by hop, n.node_id
+    order by hop, n.node_id;
+end
 $$;
 comment on function stark.neighbors(text, bigint, text, int) is
-    'Nodes within `hops` outgoing edges of a node, optionally of one relation, with their distance.';
+    'Nodes within `hops` (1 to 10) outgoing edges of a node, optionally of one relation, with their distance; an unknown SKB is an error.';
 
 create or replace view stark.skb_summary as
 select s.name,

@@ -128,7 +128,7 @@ create or replace function stark.bm25(skb_name text, query text, k int default 1
 returns table (node_id bigint, score double precision)
 language sql stable as $$
     select s.node_id, s.score
-    from stark.bm25_scores(stark.skb_id(skb_name), coalesce(field, '*'), query, k1, b) s
+    from stark.bm25_scores(stark.require_skb(skb_name), coalesce(field, '*'), query, k1, b) s
     order by s.score desc, s.node_id
     limit k
 $$;

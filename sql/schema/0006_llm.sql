@@ -1,7 +1,7 @@
 -- LLM layer: every request sent to an LLM and its response, so a rerun replays without calls.
 -- Keyed by provider, model and the sha256 of the canonical request JSON (messages, max_tokens,
--- temperature, ...); the server's address is not part of the key, so moving a model to another
--- host keeps its cache. Not namespaced by SKB: the same prompt gives the same answer whatever
+-- temperature, ...), since migration 0013 together with the endpoint that answered
+-- (stark_pg/llm/settings.endpoint_identity). Not namespaced by SKB: the same prompt gives the same answer whatever
 -- asked it, and dropping an SKB leaves the cache (it is cheap to keep and costly to rebuild).
 
 create table stark.llm_cache (

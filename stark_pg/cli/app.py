@@ -40,16 +40,33 @@ train_commands.register(app)
 app.add_typer(db_commands.app, name="db")
 
 
-def main() -> None:
-    """Console entry point: known failures become one clear line on stderr and exit code 1."""
+def expected_errors() -> tuple[type[BaseException], ...]:
+    """Failures a user can cause or fix (bad input, unknown name, method or option, missing index or
+    model, LLM or database unavailable): one line on stderr. Anything else is a bug: a traceback."""
+    import psycopg
+
     from stark_pg.db.connection import DatabaseError
+    from stark_pg.embed import ModelUnavailable
+    from stark_pg.llm.errors import LLMError
+    from stark_pg.options import OptionError
+    from stark_pg.retrieve import MissingIndex, UnknownMethod
     from stark_pg.skb.records import LoadError
     from stark_pg.skb.store import SkbExists
 
+    # psycopg: the server refused the input (DataError: out of range, bad encoding, an SQL function's
+    # invalid_parameter_value), one of our SQL functions raised on its arguments (RAISE EXCEPTION), or
+    # the connection was lost mid-command
+    return (LoadError, DatabaseError, SkbExists, OptionError, UnknownMethod, MissingIndex, ModelUnavailable,
+            LLMError, psycopg.OperationalError, psycopg.errors.DataError, psycopg.errors.RaiseException)
+
+
+def main() -> None:
+    """Console entry point: expected failures become one clear line on stderr and exit code 1."""
     try:
         app()
-    except (LoadError, DatabaseError, SkbExists) as exc:
+    except expected_errors() as exc:
+        message = " ".join(str(exc).split()) or type(exc).__name__
         try:
-            fail(str(exc))
+            fail(message)
         except typer.Exit as exit_:
             raise SystemExit(exit_.exit_code) from None

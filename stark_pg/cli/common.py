@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from stark_pg.progress import NullReporter, RichReporter
 
@@ -39,5 +40,6 @@ def print_json(value) -> None:
 
 
 def fail(message: str, code: int = 1):
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    # soft_wrap: one line whatever the terminal width, so that scripts and logs see one line per error
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)

@@ -86,13 +86,15 @@ def search(
     from stark_pg.retrieve import UnknownMethod, get_method
     from stark_pg.skb.catalog import require_skb
 
+    if k < 1:
+        fail(f"-k {k}: the number of results must be at least 1")
     try:
         module = get_method(method)
         options = parse_options(module.Options, list(option or []) + ([f"mask={','.join(mask)}"] if mask else []))
         if explain and hasattr(options, "explain"):
             options.explain = True      # methods whose explanation costs extra work compute it only when asked
     except (UnknownMethod, OptionError) as exc:
-        fail(str(exc) + (f"\n{method} settings: {describe(module.Options)}" if isinstance(exc, OptionError) else ""))
+        fail(str(exc) + (f"; {method} settings: {describe(module.Options)}" if isinstance(exc, OptionError) else ""))
     with state(ctx).connect() as conn:
         ranking = module.search(conn, name, query, k, options)
         about = {row[0]: row[1:] for row in sql().describe_nodes(conn, skb_id=require_skb(conn, name),

@@ -23,9 +23,15 @@ def resolve_dsn(dsn: str | None = None) -> str:
     env = configured_dsn()
     if env:
         return env
+    import subprocess
+
     from stark_pg.db import embedded
 
-    return embedded.start().uri
+    try:
+        return embedded.start().uri
+    except (OSError, subprocess.SubprocessError, RuntimeError) as exc:   # pg_ctl failed, timed out, port taken...
+        raise DatabaseError(f"the embedded PostgreSQL server in {embedded.pgdata_dir()} did not start: {exc} "
+                            "(see its log there; or pass --dsn to use another server)") from exc
 
 
 _migrated: set[str] = set()

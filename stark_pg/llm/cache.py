@@ -27,8 +27,11 @@ def canonical_json(value) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def request_hash(request: dict) -> str:
-    return hashlib.sha256(canonical_json(request).encode("utf-8")).hexdigest()
+def request_hash(request: dict, endpoint: str = "") -> str:
+    """The cache key of a request sent to `endpoint` (settings.endpoint_identity: "" for the
+    provider's own API, whose keys are those of the request alone)."""
+    keyed = request | {"endpoint": endpoint} if endpoint else request
+    return hashlib.sha256(canonical_json(keyed).encode("utf-8")).hexdigest()
 
 
 @dataclass

@@ -47,7 +47,7 @@ class LLMClient:
         """One reply to `messages` ([{"role": "system"|"user"|"assistant", "content": str}, ...])."""
         request = canonical_request(messages, max_tokens, temperature)
         settings = self.settings
-        key = request_hash(request)
+        key = request_hash(request, settings.endpoint)
         completion = None
         if settings.cache != "refresh":
             hit = self.cache.get(settings.provider, settings.model, key)
@@ -71,7 +71,7 @@ class LLMClient:
         reply = providers.send(settings, request)
         seconds = time.perf_counter() - started
         cost = cost_usd(settings.provider, settings.model, reply.prompt_tokens, reply.completion_tokens)
-        self.cache.put(settings.provider, settings.model, key, request | {"base_url": settings.base_url},
+        self.cache.put(settings.provider, settings.model, key, request | {"base_url": settings.base_url, "endpoint": settings.endpoint},
                        {"text": reply.text, "finish_reason": reply.finish_reason, "raw": reply.raw},
                        prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens, cost_usd=cost,
                        seconds=seconds)

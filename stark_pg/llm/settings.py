@@ -27,6 +27,7 @@ class LLMSettings:
     cache: str = "use"            # use | only | refresh
     timeout: float = DEFAULT_TIMEOUT
     max_retries: int = DEFAULT_RETRIES
+    endpoint: str = ""            # part of the cache key: who answers ("" for the provider's own API)
 
     @property
     def name(self) -> str:
@@ -52,11 +53,22 @@ class LLMSettings:
         mode = (cache or os.environ.get("STARK_PG_LLM_CACHE") or "use").strip().lower()
         if mode not in CACHE_MODES:
             raise LLMError(f"-o cache={mode!r} (or STARK_PG_LLM_CACHE): expected one of {', '.join(CACHE_MODES)}")
-        return cls(provider=provider, model=model,
-                   base_url=base_url or os.environ.get("STARK_PG_LLM_BASE_URL") or None,
+        base_url = base_url or os.environ.get("STARK_PG_LLM_BASE_URL") or None
+        return cls(provider=provider, model=model, base_url=base_url,
+                   endpoint=endpoint_identity(base_url),
                    cache=mode,
                    timeout=_positive(timeout, "STARK_PG_LLM_TIMEOUT", DEFAULT_TIMEOUT, float),
                    max_retries=int(_positive(max_retries, "STARK_PG_LLM_RETRIES", DEFAULT_RETRIES, int, zero=True)))
+
+
+def endpoint_identity(base_url: str | None) -> str:
+    """Who answers, for the cache key: STARK_PG_LLM_ENDPOINT if declared (so that a model moved to
+    another host keeps its cache), else the server's address, else "" (the provider's own API). A
+    local model's answers are then never replayed as the provider's, nor one server's as another's."""
+    declared = os.environ.get("STARK_PG_LLM_ENDPOINT")
+    if declared:
+        return declared.strip()
+    return base_url.strip().rstrip("/") if base_url else ""
 
 
 def _positive(value, variable: str, default, kind, zero: bool = False):

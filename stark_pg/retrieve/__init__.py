@@ -51,6 +51,10 @@ class UnknownMethod(ValueError):
     pass
 
 
+class MissingIndex(LookupError):
+    """A search needs an index the SKB does not have (yet): the message says which command builds it."""
+
+
 def get_method(name: str):
     """The module implementing method `name` (it has `Options` and `search`)."""
     if name not in METHODS:

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import psycopg
 
 from stark_pg.resources import queries as sql
-from stark_pg.retrieve import Hit, Ranking
+from stark_pg.options import OptionError
+from stark_pg.retrieve import Hit, MissingIndex, Ranking
 from stark_pg.skb.catalog import require_skb
 
 
@@ -21,15 +22,28 @@ class Options:
     k1: float = 1.2
     b: float = 0.75
     field: str | None = None     # None: the whole document; 'name' or a text field's name otherwise
+    LIMITS = {"k1": (0.0, 1000.0), "b": (0.0, 1.0)}    # beyond them BM25's arithmetic overflows to NaN
 
 
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
     options = options or Options()
     started = time.perf_counter()
     scope = options.field or "*"
-    rows = sql().bm25_top(conn, skb_id=require_skb(conn, skb), scope=scope, query=query, k1=options.k1,
+    skb_id = require_skb(conn, skb)
+    check_scope(conn, skb, skb_id, scope)
+    rows = sql().bm25_top(conn, skb_id=skb_id, scope=scope, query=query, k1=options.k1,
                           b=options.b, k=k)
     hits = [Hit(int(node_id), float(score)) for node_id, score in rows]
     return Ranking(hits, {"method": "bm25", "sql": "stark.bm25_scores(skb_id, scope, query, k1, b)",
                           "scope": scope, "k1": options.k1, "b": options.b,
                           "sql_ms": round((time.perf_counter() - started) * 1000, 3)})
+
+
+def check_scope(conn: psycopg.Connection, skb: str, skb_id: int, scope: str) -> None:
+    """An unknown field or a missing index is an error, not an empty ranking that looks like "no match"."""
+    scopes = [row[0] for row in sql().indexed_scopes(conn, skb_id=skb_id)]
+    if not scopes:
+        raise MissingIndex(f"SKB {skb!r} has no lexical index: run stark-pg index {skb}")
+    if scope not in scopes:
+        fields = ", ".join(s for s in scopes if s != "*")
+        raise OptionError(f"--option field={scope}: SKB {skb!r} has no indexed field {scope!r} (fields: {fields})")

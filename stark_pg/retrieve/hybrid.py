@@ -24,6 +24,7 @@ class Options:
     pool: int = 100              # nodes each retriever contributes
     rrf_k: int = 60
     model: str | None = None     # embedding model (default all-MiniLM-L6-v2)
+    LIMITS = {"weight": (0.0, 1.0), "pool": (1, 10_000), "rrf_k": (0, 1_000_000)}
 
 
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:

@@ -33,6 +33,7 @@ class Options:
     explain: bool = False        # per-result contributions of every pair in the trace (one more query)
     k1: float = 1.2
     b: float = 0.75
+    LIMITS = {"k1": (0.0, 1000.0), "b": (0.0, 1.0)}    # beyond them BM25's arithmetic overflows to NaN
 
 
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:

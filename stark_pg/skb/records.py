@@ -49,6 +49,17 @@ class LoadError(Exception):
         super().__init__(f"{self.where}: {message}" if self.where else message)
 
 
+INT8_MIN, INT8_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def check_int8(value: int, what: str, label: str | None, position: Position | None) -> int:
+    """`value` if PostgreSQL's bigint can hold it (node and query ids are bigint), else a LoadError
+    naming where it came from, rather than a driver error halfway through a COPY."""
+    if not INT8_MIN <= value <= INT8_MAX:
+        raise LoadError(f"{what} {value} is out of range (ids must fit a 64-bit signed integer)", label, position)
+    return value
+
+
 class SkbSource(Protocol):
     """A knowledge base to load. `nodes()` may be called once; ids in edges and answers refer to node ids."""
 

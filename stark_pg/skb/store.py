@@ -11,6 +11,7 @@ that gets its indexes in bulk afterwards (30x faster than maintaining two btrees
 from __future__ import annotations
 
 import json
+import math
 import tempfile
 import time
 from collections import Counter
@@ -25,7 +26,7 @@ from stark_pg.resources import queries as sql
 from stark_pg.skb import copy_text
 from stark_pg.skb.copy_text import CopyWriter
 from stark_pg.skb.locks import lock_skb_name
-from stark_pg.skb.records import LoadError, QuerySource, SkbSource
+from stark_pg.skb.records import LoadError, QuerySource, SkbSource, check_int8
 
 IfExists = Literal["replace", "skip", "fail"]
 _BATCH = 10_000
@@ -135,10 +136,12 @@ def _copy_nodes(conn, skb_id: int, source: SkbSource, summary: LoadSummary, prog
             for position, node in source.nodes():
                 if node.node_id in node_ids:
                     raise LoadError(f"duplicate node id {node.node_id}", label, position)
+                check_int8(node.node_id, "node id", label, position)
                 node_ids.add(node.node_id)
                 types[node.type] += 1
                 nodes_out.line(f"{skb_id}\t{node.node_id}\t{_clean(node.type, label, position)}\t"
-                               f"{copy_text.text(_clean(node.name, label, position))}\t{copy_text.jsonb(node.attrs)}\n")
+                               f"{copy_text.text(_clean(node.name, label, position))}\t"
+                               f"{copy_text.jsonb(_clean_json(node.attrs, label, position))}\n")
                 for field_name, body in node.fields.items():
                     if body:
                         fields_out.line(f"{skb_id}\t{node.node_id}\t{_clean(field_name, label, position)}\t"
@@ -214,6 +217,7 @@ def _valid_queries(source, node_ids: set[int], drop_dangling: bool, summary: Loa
         for position, query in source.queries():
             if query.query_id in seen:
                 raise LoadError(f"duplicate query id {query.query_id}", label, position)
+            check_int8(query.query_id, "query id", label, position)
             seen.add(query.query_id)
             missing = [a for a in query.answer_ids if a not in node_ids]
             if missing:
@@ -223,6 +227,7 @@ def _valid_queries(source, node_ids: set[int], drop_dangling: bool, summary: Loa
                 raise LoadError(f"answer ids {missing[:5]} of query {query.query_id} are not nodes "
                                 "(pass --drop-dangling to drop such queries)", label, position)
             _clean(query.body, label, position)
+            _clean(query.split, label, position)
             splits[query.split] += 1
             stage.advance()
             yield query
@@ -235,9 +240,40 @@ def _query_line(skb_id: int, q) -> str:
 
 
 def _clean(value: str | None, label: str, position) -> str | None:
-    """PostgreSQL text cannot hold NUL characters: say where one is instead of failing mid-COPY."""
-    if value is not None and "\x00" in value:
-        raise LoadError("text contains a NUL character", label, position)
+    """PostgreSQL text cannot hold NUL characters, nor UTF-8 lone surrogates ("\\ud800" in JSON):
+    say where one is instead of failing mid-COPY."""
+    if value is not None:
+        if "\x00" in value:
+            raise LoadError("text contains a NUL character", label, position)
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise LoadError(f"text contains a lone surrogate (U+{ord(value[exc.start]):04X}), not valid Unicode",
+                            label, position) from None
+    return value
+
+
+ATTRS_MAX_DEPTH = 64
+"""How deeply `attrs` may nest: far beyond any real attribute, well within what jsonb and json.dumps handle."""
+
+
+def _clean_json(value, label: str, position):
+    """`value` (a node's attrs) if jsonb can store it: no NUL or lone surrogate in any string or key,
+    no deeper than ATTRS_MAX_DEPTH. Walked without recursion, so a hostile depth cannot overflow the stack."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            _clean(item, label, position)
+        elif isinstance(item, (dict, list)):
+            if depth > ATTRS_MAX_DEPTH:
+                raise LoadError(f"attrs nested deeper than {ATTRS_MAX_DEPTH} levels", label, position)
+            if isinstance(item, dict):
+                for key in item:
+                    _clean(str(key), label, position)
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+        elif isinstance(item, float) and not math.isfinite(item):
+            raise LoadError(f"attrs hold {item}, which JSON cannot represent", label, position)
     return value
 
 
