@@ -28,6 +28,7 @@ delete from stark.lex_doc where skb_id = :skb_id and not (scope = any(:scopes));
 delete from stark.lex_stats where skb_id = :skb_id and not (scope = any(:scopes));
 
 -- name: indexed_scopes(skb_id)
+-- The scopes of an SKB that have a lexical index (so a search can tell "unknown field" from "not indexed").
 select scope, n_docs, total_len from stark.lex_stats where skb_id = :skb_id order by scope;
 
 -- name: bm25_top(skb_id, scope, query, k1, b, k)
@@ -40,6 +41,3 @@ delete from stark.lex_term where skb_id = :skb_id and not (scope = any(:scopes))
 -- name: skb_relations(skb_id)
 select distinct relation from stark.edge where skb_id = :skb_id order by 1;
 
--- name: indexed_scopes(skb_id)
--- The scopes of an SKB that have a lexical index (so a search can tell "unknown field" from "not indexed").
-select scope from stark.lex_stats where skb_id = :skb_id order by scope;
