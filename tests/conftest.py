@@ -108,6 +108,24 @@ def cloned_database(server_url: str, template: str, prefix: str):
         janitor.drop()
 
 
+@contextmanager
+def indexed_synthetic(server_url: str, template: str, prefix: str, skb: str, seed: int):
+    """A cloned database holding a small synthetic Prime-shaped SKB with BM25 and document vectors
+    (800 nodes, 10 edges each): what the end-to-end method tests share."""
+    from loaders.synthetic import SyntheticSource
+    from stark_pg.db import connect
+    from stark_pg.index.dense import build_dense
+    from stark_pg.index.lexical import build_lexical
+    from stark_pg.skb.store import load_skb
+
+    with cloned_database(server_url, template, prefix) as url:
+        with connect(url) as conn:
+            load_skb(conn, SyntheticSource(nodes=800, seed=seed, edges_per_node=10), skb)
+            build_lexical(conn, skb)
+            build_dense(conn, skb, multi_vector=False)
+        yield url
+
+
 def count_rows(url: str, table: str) -> int:
     with psycopg.connect(url) as c:
         return c.execute(f"select count(*) from stark.{table}").fetchone()[0]

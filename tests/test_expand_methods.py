@@ -19,7 +19,6 @@ import sys
 import pytest
 
 from fake_llm_server import user_text
-from loaders.synthetic import SyntheticSource
 from stark_pg.eval import query_sets
 from stark_pg.eval.runner import run_method
 from stark_pg.resources import queries as sql
@@ -35,17 +34,9 @@ LLM_CALLS = {"prf": 0, "hyde": 1, "rar": 1, "agr": 4, "kar": 2}
 
 @pytest.fixture(scope="module")
 def synthetic_url(server_url, template_db):
-    from conftest import cloned_database
-    from stark_pg.db import connect
-    from stark_pg.index.dense import build_dense
-    from stark_pg.index.lexical import build_lexical
-    from stark_pg.skb.store import load_skb
+    from conftest import indexed_synthetic
 
-    with cloned_database(server_url, template_db, "stark_expand") as url:
-        with connect(url) as conn:
-            load_skb(conn, SyntheticSource(nodes=800, seed=5, edges_per_node=10), SKB)
-            build_lexical(conn, SKB)
-            build_dense(conn, SKB, multi_vector=False)
+    with indexed_synthetic(server_url, template_db, "stark_expand", SKB, seed=5) as url:
         yield url
 
 

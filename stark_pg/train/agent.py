@@ -33,7 +33,7 @@ from stark_pg.eval.metrics import evaluate, summarize
 from stark_pg.llm import client_from_options
 from stark_pg.progress import NullReporter, Reporter
 from stark_pg.resources import queries as sql
-from stark_pg.retrieve.agent import execute_program
+from stark_pg.retrieve.agent import execute_program, sandbox
 from stark_pg.retrieve.agent.categories import ANY, voted_type
 from stark_pg.retrieve.agent.slots import SlotSource
 from stark_pg.retrieve.agent.toolkit import SEED, describe, direction
@@ -296,12 +296,14 @@ def _category_text(category: str) -> str:
 
 def _score(conn, skb: str, skb_id: int, text: str, questions: list[Question], answer_type: str | None,
            source: SlotSource, s: AgentSettings) -> Score:
+    try:                                       # once per program, not once per question
+        program = sandbox.validate(text)
+    except sandbox.Rejected as exc:
+        return Score({m: 0.0 for m in METRICS}, [], str(exc), rejected=True)
     per_query, outcomes, error = [], [], None
     for q in questions:
-        outcome = execute_program(conn, skb, skb_id, text, q.body, q.vector, answer_type or q.voted, source,
+        outcome = execute_program(conn, skb, skb_id, program, q.body, q.vector, answer_type or q.voted, source,
                                   timeout_ms=s.timeout_ms, row_limit=s.row_limit)
-        if outcome.error and outcome.error.startswith("rejected"):
-            return Score({m: 0.0 for m in METRICS}, [], outcome.error.removeprefix("rejected: "), rejected=True)
         if outcome.error:
             error = error or outcome.error.removeprefix("failed: ")
             per_query.append({m: 0.0 for m in METRICS})

@@ -51,16 +51,17 @@ class Outcome:
     seconds: float
 
 
-def execute_program(conn: psycopg.Connection, skb: str, skb_id: int, program_text: str, query: str,
+def execute_program(conn: psycopg.Connection, skb: str, skb_id: int, program: str | sandbox.Program, query: str,
                     vector: np.ndarray, answer_type: str | None, source: SlotSource, *, timeout_ms: int = 5000,
                     row_limit: int = 1000) -> Outcome:
-    """Validate, bind and run a program for one question; errors come back in `error`, never raised
-    (except a failed LLM call, which the caller's evaluation records)."""
+    """Validate (unless given a validated Program), bind and run a program for one question; errors
+    come back in `error`, never raised (except a failed LLM call, which the caller's evaluation records)."""
     started = time.perf_counter()
-    try:
-        program = sandbox.validate(program_text)
-    except sandbox.Rejected as exc:
-        return Outcome([], {}, None, f"rejected: {exc}", time.perf_counter() - started)
+    if not isinstance(program, sandbox.Program):
+        try:
+            program = sandbox.validate(program)
+        except sandbox.Rejected as exc:
+            return Outcome([], {}, None, f"rejected: {exc}", time.perf_counter() - started)
     values = bind_values(conn, skb, skb_id, query, vector, answer_type, program, source)
     bound = sandbox.bind(program, values)
     try:
@@ -89,13 +90,6 @@ def _short_vectors(sql_text: str) -> str:
     return re.sub(r"'\[([-0-9.e,]+)\]'", cut, sql_text)
 
 
-def _uses_entities(text: str) -> bool:
-    try:
-        return sandbox.validate(text).uses_entities
-    except sandbox.Rejected:
-        return False
-
-
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
     o = options or Options()
     if o.timeout_ms <= 0 or o.row_limit <= 0:
@@ -117,12 +111,18 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
         error = f"no program for category {category!r} in run {run_id}"
     else:
         _, program_id, iteration, text, holdout = row
+        try:                                   # validated once here; a rejection is reported by execute_program
+            program: str | sandbox.Program = sandbox.validate(text)
+        except sandbox.Rejected:
+            program = text
+        uses_entities = isinstance(program, sandbox.Program) and program.uses_entities
         client = (client_from_options(conn, llm=o.llm, base_url=o.base_url, cache=o.cache)
-                  if _uses_entities(text) else None)      # no LLM (and no LLM setting) needed otherwise
+                  if uses_entities else None)  # no LLM (and no LLM setting) needed otherwise
         source = SlotSource(client, model)
         with client.metered() if client else nullcontext() as meter:
-            outcome = execute_program(conn, skb, skb_id, text, query, vector, category if category != ANY else voted,
-                                      source, timeout_ms=o.timeout_ms, row_limit=max(o.row_limit, k))
+            outcome = execute_program(conn, skb, skb_id, program, query, vector,
+                                      category if category != ANY else voted, source, timeout_ms=o.timeout_ms,
+                                      row_limit=max(o.row_limit, k))
         trace.update({"program_id": program_id, "iteration": iteration, "slots": shown(outcome.values),
                       "sql": outcome.sql, "ms": round(outcome.seconds * 1000, 3)})
         if meter is not None:
