@@ -10,6 +10,7 @@ A directory holding
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -54,6 +55,9 @@ class BundleSource:
                 raise LoadError(f"malformed JSON ({what} at column {exc.colno})", label, line) from None
             except RecursionError:
                 raise LoadError("JSON nested too deeply", label, line) from None
+            except ValueError:          # an integer longer than Python converts (sys.get_int_max_str_digits)
+                limit = sys.get_int_max_str_digits()
+                raise LoadError(f"a number has more than {limit} digits", label, line) from None
             yield line, _node(obj, label, line)
 
     def edges(self) -> Iterator[tuple[int, int, str, int]]:

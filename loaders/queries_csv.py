@@ -32,7 +32,9 @@ def read_queries(path: Path, label: str | None = None, *, default_split: str = "
             numbered.append(number)
             yield text + "\n"
 
-    reader = csv.reader(texts())
+    # strict: a quote left open at the end of the file, or text after a closing quote (`"who"?`), is an
+    # error rather than a field silently taken to the end of the file or stripped of its quotes
+    reader = csv.reader(texts(), strict=True)
     try:
         header = next(reader)
     except csv.Error as exc:
@@ -73,7 +75,7 @@ def read_queries(path: Path, label: str | None = None, *, default_split: str = "
 def _answer_ids(text: str, label: str, line: int) -> list[int]:
     try:
         value = json.loads(text)
-    except json.JSONDecodeError:
+    except ValueError:                  # malformed JSON, or an integer of more than 4300 digits
         raise LoadError(f"answer_ids {text[:60]!r} is not a list of integers", label, line) from None
     if not isinstance(value, list) or not value or not all(isinstance(v, int) and not isinstance(v, bool)
                                                             for v in value):

@@ -38,5 +38,11 @@ def parse_int(text: str, what: str, label: str, line: int) -> int:
     also take '1_4_4' (as 144) or other scripts' digits, which no one means in an id column."""
     if not isinstance(text, str) or not _INTEGER.fullmatch(text):
         raise LoadError(f"{what} {str(text)[:60]!r} is not an integer", label, line)
-    return check_int8(int(text), what, label, line)
+    text = text.strip()
+    digits = text.lstrip("+-").lstrip("0")
+    if len(digits) > 19:                # beyond bigint, and int() refuses more than 4300 digits anyway
+        shown = text if len(text) <= 30 else f"{text[:20]}... ({len(digits)} digits)"
+        raise LoadError(f"{what} {shown} is out of range (ids must fit a 64-bit signed integer)", label, line)
+    value = int(digits or "0")          # without its leading zeros, which int() counts against its limit too
+    return check_int8(-value if text.startswith("-") else value, what, label, line)
 

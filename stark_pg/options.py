@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import typing
 
 
@@ -30,10 +31,20 @@ def _checked(options_class, key: str, value, pair: str):
     bounds its Options class declares in an optional `LIMITS = {name: (low, high)}` class attribute."""
     if isinstance(value, float) and not math.isfinite(value):
         raise OptionError(f"--option {pair!r}: must be a finite number")
+    if isinstance(value, int) and not isinstance(value, bool) and not INT_MIN <= value <= INT_MAX:
+        raise OptionError(f"--option {pair!r}: must be between {INT_MIN} and {INT_MAX}")
     low, high = getattr(options_class, "LIMITS", {}).get(key, (None, None))
     if value is not None and ((low is not None and value < low) or (high is not None and value > high)):
         raise OptionError(f"--option {pair!r}: must be between {low} and {high}")
     return value
+
+
+# Numbers as people write them: ASCII digits, no `1_000` (Python's int() and float() also take underscores
+# and other scripts' digits); nan and inf are numbers here, which _checked refuses as not finite.
+_INT = re.compile(r"[+-]?[0-9]{1,20}")
+_FLOAT = re.compile(r"[+-]?(([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|nan|inf|infinity)", re.IGNORECASE)
+INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
+"""Integer options go to PostgreSQL `integer` parameters: no function would take a value beyond these."""
 
 
 def _convert(raw: str, hint, pair: str):
@@ -41,14 +52,30 @@ def _convert(raw: str, hint, pair: str):
     if raw.lower() in ("none", "null", "") and type(None) in typing.get_args(hint):
         return None
     kind = kinds[0]
+    if kind is str:
+        return _text(raw, pair)
     try:
         if kind is bool:
             if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
                 raise ValueError(raw)
             return raw.lower() in ("true", "1", "yes")
+        if (kind is int and not _INT.fullmatch(raw.strip())) or (kind is float and not _FLOAT.fullmatch(raw.strip())):
+            raise ValueError(raw)
         return kind(raw)
     except (TypeError, ValueError):
         raise OptionError(f"--option {pair!r}: {raw!r} is not a valid {getattr(kind, '__name__', kind)}") from None
+
+
+def _text(raw: str, pair: str) -> str:
+    """Text PostgreSQL can hold: no NUL character, no lone surrogate (Python's stand-in for command-line
+    bytes that are not UTF-8)."""
+    if "\x00" in raw:
+        raise OptionError(f"--option {pair!r}: contains a NUL character")
+    try:
+        raw.encode("utf-8")
+    except UnicodeEncodeError:
+        raise OptionError(f"--option {pair!r}: is not valid UTF-8") from None
+    return raw
 
 
 def describe(options_class) -> str:

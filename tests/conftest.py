@@ -80,12 +80,11 @@ def conn(db_url):
         yield connection
 
 
-@pytest.fixture
-def cli(db_url):
-    """Run the real `stark-pg` command (a subprocess) against the test database."""
+def cli_runner(url: str):
+    """A function running the real `stark-pg` command (a subprocess) against the database `url`."""
 
     def run(*args: str, expect: int | None = 0) -> subprocess.CompletedProcess:
-        env = os.environ | {"STARK_PG_DSN": db_url, "COLUMNS": "160"}
+        env = os.environ | {"STARK_PG_DSN": url, "COLUMNS": "160"}
         done = subprocess.run([sys.executable, "-m", "stark_pg", *map(str, args)], capture_output=True, text=True,
                               env=env, timeout=600)
         if expect is not None:
@@ -93,6 +92,12 @@ def cli(db_url):
         return done
 
     return run
+
+
+@pytest.fixture
+def cli(db_url):
+    """Run the real `stark-pg` command (a subprocess) against the test database."""
+    return cli_runner(db_url)
 
 
 @contextmanager

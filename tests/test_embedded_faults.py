@@ -67,3 +67,36 @@ def test_the_server_comes_back_after_a_crash_with_its_committed_data(embedded):
     assert again.pid != server.pid
     with psycopg.connect(again.uri) as conn:
         assert conn.execute("select count(*) from survivor").fetchone() == (1000,)
+
+
+def test_a_killed_server_not_yet_reaped_is_waited_for(embedded, monkeypatch):
+    """A postmaster killed with -9 stays a zombie until its parent reaps it, and PostgreSQL will not start
+    while that pid exists: start() waits for it (and says who must reap it if it never goes)."""
+    import threading
+    import time
+
+    server = embedded.start()
+    embedded.stop()
+    pid_file = server.pgdata / "postmaster.pid"
+
+    def zombie() -> subprocess.Popen:
+        child = subprocess.Popen(["true"])               # exits at once; this process has not reaped it
+        while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE:
+            time.sleep(0.05)
+        pid_file.write_text(f"{child.pid}\n{server.pgdata}\n0\n5432\n\n\n\nready\n")
+        return child
+
+    child = zombie()
+    monkeypatch.setattr(embedded, "ZOMBIE_WAIT_S", 0.5)
+    with pytest.raises(embedded.EmbeddedServerError, match=f"process {child.pid}.* still a zombie.*parent process "
+                                                           f"\\(pid {os.getpid()}\\)"):
+        embedded._check_pid_file(server.pgdata)
+    child.wait()
+
+    child = zombie()
+    reaper = threading.Timer(1.0, child.wait)            # reaped a second later, as pid 1 eventually does
+    reaper.start()
+    monkeypatch.setattr(embedded, "ZOMBIE_WAIT_S", 60.0)
+    with psycopg.connect(embedded.start().uri) as conn:
+        assert conn.execute("select 1").fetchone() == (1,)
+    reaper.join()

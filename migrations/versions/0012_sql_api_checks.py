@@ -33,7 +33,10 @@ def downgrade() -> None:
 
     execute = op.get_bind().connection.driver_connection.execute
     for relative in FILES:
-        execute(sql_text(relative).replace("stark.require_skb(", "stark.skb_id("))
+        # the files as they are now: later checks (0014's stark.require_scope in stark.bm25) go too
+        execute(sql_text(relative).replace("stark.require_scope(skb_name, coalesce(field, '*'))", "stark.skb_id(skb_name)")
+                .replace("stark.require_skb(", "stark.skb_id("))
+    execute("drop function if exists stark.require_scope(text, text)")
     execute('''
 create or replace function stark.neighbors(skb_name text, start_node bigint, rel text default null, hops int default 1)
 returns table (node_id bigint, type text, name text, hop int)

@@ -112,6 +112,9 @@ declare
     t record := stark.dense_target(skb_name, model, query, false);
     saved text := current_setting('hnsw.ef_search', true);
 begin
+    if k is null then       -- it goes into the statement's text: NULL would leave `limit` without a number
+        raise exception 'vss k must not be NULL' using errcode = 'invalid_parameter_value';
+    end if;
     if exact or k > 1000 then
         return query execute format(
             'select d.node_id, 1 - (d.vec <=> $1) as score from stark.%I d where d.skb_id = %s '
@@ -151,6 +154,9 @@ begin
     end if;
     if top is null or top < 1 then
         raise exception 'multivss top must be at least 1, not %', coalesce(top::text, 'NULL');
+    end if;
+    if k is null then       -- it goes into the statement's text: NULL would leave `limit` without a number
+        raise exception 'multivss k must not be NULL' using errcode = 'invalid_parameter_value';
     end if;
     t := stark.dense_target(skb_name, model, query, true);
     if exact then

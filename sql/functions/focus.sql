@@ -37,7 +37,8 @@ create or replace function stark.focus_name_candidates(skb_name text, constant t
 returns table (node_id bigint, type text, name text, exact boolean, bm25 double precision)
 language sql stable as $$
     with skb as (select stark.skb_id(skb_name) as id),
-    lexical as (select b.node_id, b.score from stark.bm25(skb_name, constant, pool, 'name') b),
+    lexical as (select b.node_id, b.score from stark.bm25_scores(stark.require_skb(skb_name), 'name', constant) b
+                order by b.score desc, b.node_id limit pool),   -- empty without a lexical index
     same_name as (select n.node_id from stark.node n, skb
                   where n.skb_id = skb.id
                     and stark.focus_compact(n.name) = any (array[stark.focus_compact(constant),
@@ -71,12 +72,19 @@ comment on function stark.focus_name_candidates(text, text, int) is
 --
 -- A set nothing has narrowed yet stays symbolic ("every node of the type") and is read from stark.node
 -- when a triplet needs it, so an unconstrained variable costs nothing; sets otherwise live in arrays.
-create type stark.focus_domain as (
-    variable  text,
-    node_type text,        -- null: any type
-    top       boolean,     -- true: every node of node_type (not materialised)
-    node_ids  bigint[]     -- sorted, when not top
-);
+-- (Created only where missing, so that later migrations can re-run this file.)
+do $$
+begin
+    if to_regtype('stark.focus_domain') is null then
+        create type stark.focus_domain as (
+            variable  text,
+            node_type text,        -- null: any type
+            top       boolean,     -- true: every node of node_type (not materialised)
+            node_ids  bigint[]     -- sorted, when not top
+        );
+    end if;
+end
+$$;
 comment on type stark.focus_domain is '4StepFocus: one variable''s candidate set during substitution.';
 
 -- A candidate set as a FROM item `(...) alias(id)`; $<param> carries its array when materialised.

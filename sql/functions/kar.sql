@@ -29,6 +29,11 @@ declare
     seen text := 'select anchor, node from k0';
     score text;
 begin
+    -- the text built below grows with the square of `hops`: 2000 hops ran past a 5 s statement timeout
+    if hops is null or hops < 1 or hops > 6 then
+        raise exception 'kar_neighbours hops must be between 1 and 6, not %', coalesce(hops::text, 'NULL')
+            using errcode = 'invalid_parameter_value';
+    end if;
     -- The edges out of f.node, correlated inside each branch: PostgreSQL does not push `x.src = f.node`
     -- into a UNION ALL whose branches have their own WHERE, and would scan the whole partition per hop.
     if directed then

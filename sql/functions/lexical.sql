@@ -123,12 +123,39 @@ $$;
 comment on function stark.bm25_scores(int, text, text, double precision, double precision) is
     'BM25 of every matching document of one scope (by skb_id); see stark.bm25 for the ranked API.';
 
+-- The SKB's id when its lexical index covers `scope`; otherwise an error (as stark_pg.retrieve.bm25
+-- raises): an SKB without a lexical index, or a field that is not indexed, would otherwise give an
+-- empty ranking that reads as "nothing matched".
+create or replace function stark.require_scope(skb_name text, scope text) returns int
+language plpgsql stable as $$
+declare
+    skb int := stark.require_skb(skb_name);
+    known text;
+begin
+    if exists (select 1 from stark.lex_stats s where s.skb_id = skb and s.scope = require_scope.scope) then
+        return skb;
+    end if;
+    select string_agg(s.scope, ', ' order by s.scope) into known
+    from stark.lex_stats s where s.skb_id = skb and s.scope <> '*';
+    if known is null then
+        raise exception 'SKB % has no lexical index', quote_literal(skb_name)
+            using errcode = 'invalid_parameter_value', hint = 'run `stark-pg index ' || skb_name || '`';
+    end if;
+    raise exception 'SKB % has no indexed field % (fields: %)', quote_literal(skb_name),
+        coalesce(quote_literal(scope), 'NULL'), known
+        using errcode = 'invalid_parameter_value',
+              hint = 'type and relation:<relation> are indexed by `stark-pg index ' || skb_name || ' --relation-fields`';
+end
+$$;
+comment on function stark.require_scope(text, text) is
+    'The numeric key of the named SKB if its lexical index covers the scope (''*'', ''name'', a field); an error otherwise.';
+
 create or replace function stark.bm25(skb_name text, query text, k int default 10, field text default null,
                                       k1 double precision default 1.2, b double precision default 0.75)
 returns table (node_id bigint, score double precision)
 language sql stable as $$
     select s.node_id, s.score
-    from stark.bm25_scores(stark.require_skb(skb_name), coalesce(field, '*'), query, k1, b) s
+    from stark.bm25_scores(stark.require_scope(skb_name, coalesce(field, '*')), coalesce(field, '*'), query, k1, b) s
     order by s.score desc, s.node_id
     limit k
 $$;

@@ -22,10 +22,18 @@ on conflict (skb_id, model_id) do update
     set settings = excluded.settings, documents = excluded.documents, chunks = excluded.chunks, built_at = now();
 
 -- name: vss_top(skb, embedding, k, model, exact)
-select node_id, score from stark.vss(:skb, :embedding, :k, :model, :exact);
+select node_id, score from stark.vss(:skb, :embedding, cast(:k as int), :model, :exact);
 
 -- name: multivss_top(skb, embedding, k, model, agg, top, pool, exact)
-select node_id, score from stark.multivss(:skb, :embedding, :k, :model, :agg, :top, :pool, :exact);
+select node_id, score from stark.multivss(:skb, :embedding, cast(:k as int), :model, :agg, :top, :pool, :exact);
 
 -- name: existing_indexes(names)
 select indexname from pg_indexes where schemaname = 'stark' and indexname = any(:names);
+
+-- name: builds_of_skb(skb_id)
+-- The models an SKB has vectors of, with the settings of their last build (a replacing load
+-- refreshes each with the same settings: stark_pg.index.refresh).
+select m.name, b.settings
+from stark.embedding_build b join stark.embedding_model m on m.model_id = b.model_id
+where b.skb_id = :skb_id
+order by m.name;

@@ -10,9 +10,12 @@ order by query_id;
 select count(*) from stark.node where skb_id = :skb_id;
 
 -- name: find_unfinished_run(skb_id, config_hash)$
-select run_id from stark.eval_run
-where skb_id = :skb_id and config_hash = :config_hash and finished_at is null
-order by run_id desc limit 1;
+-- A run interrupted before the SKB was last (re)loaded stays unfinished history: its results
+-- were computed on other data, so a new run starts instead of resuming it.
+select r.run_id from stark.eval_run r join stark.skb s on s.skb_id = r.skb_id
+where r.skb_id = :skb_id and r.config_hash = :config_hash and r.finished_at is null
+  and r.started_at >= s.loaded_at
+order by r.run_id desc limit 1;
 
 -- name: create_run(skb_id, method, options, query_set, depth, stored_k, config_hash)$
 insert into stark.eval_run (skb_id, method, options, query_set, depth, stored_k, config_hash)

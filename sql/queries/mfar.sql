@@ -11,7 +11,7 @@ from stark.mfar_field_scores(:skb, :query, :embedding, :model, cast(:lexical as 
 -- name: mfar_top(skb, query, embedding, model, fields, scorers, weights, means, scales, k, pool, k1, b)
 select node_id, score
 from stark.mfar(:skb, :query, :embedding, :model, cast(:fields as text[]), cast(:scorers as text[]),
-                cast(:weights as float8[]), cast(:means as float8[]), cast(:scales as float8[]), :k, :pool, :k1, :b);
+                cast(:weights as float8[]), cast(:means as float8[]), cast(:scales as float8[]), cast(:k as int), :pool, :k1, :b);
 
 -- name: save_mfar_model(skb_id, name, variant, embed_model, fields, scorers, gate_weight, gate_bias, means, scales, gammas, settings, history, metrics)!
 insert into stark.mfar_model (skb_id, name, variant, embed_model, fields, scorers, gate_weight, gate_bias, means,

@@ -37,6 +37,22 @@ update stark.skb set meta = cast(:meta as jsonb), loaded_at = now() where skb_id
 -- name: delete_skb_rows(skb_id)!
 select stark.delete_skb_rows(:skb_id);
 
+-- name: retire_replaced_skb(skb_id)!
+-- The old version of a replaced SKB: its rows go, its emptied edge partition stays until drop_orphan_tables.
+select stark.delete_skb_rows(:skb_id, keep_tables => true);
+
+-- name: drop_orphan_tables(keep)$
+select stark.drop_orphan_tables(:keep);
+
+-- name: carry_over_skb(old_id, new_id)$
+-- A replacing load hands the old SKB's derived rows to the new one: {table: rows moved}.
+select stark.carry_over_skb(:old_id, :new_id);
+
+-- name: rename_skb(skb_id, name)!
+-- The last step of a replacing load: the new SKB takes the name (clock time: an eval run started
+-- while the load ran is older than the data it would resume on).
+update stark.skb set name = :name, loaded_at = clock_timestamp() where skb_id = :skb_id;
+
 -- name: delete_queries_of_splits(skb_id, splits)!
 delete from stark.query where skb_id = :skb_id and split = any(:splits);
 

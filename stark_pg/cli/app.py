@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from stark_pg.cli import db as db_commands
@@ -57,11 +59,27 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     # invalid_parameter_value), one of our SQL functions raised on its arguments (RAISE EXCEPTION), or
     # the connection was lost mid-command
     return (LoadError, DatabaseError, SkbExists, OptionError, UnknownMethod, MissingIndex, ModelUnavailable,
-            LLMError, psycopg.OperationalError, psycopg.errors.DataError, psycopg.errors.RaiseException)
+            LLMError, psycopg.OperationalError, psycopg.errors.DataError, psycopg.errors.RaiseException,
+            UnicodeEncodeError)     # text that is not UTF-8 (bytes on a command line become lone surrogates)
+
+
+def _check_arguments_are_text(args: list[str]) -> None:
+    """Bytes on the command line that are not UTF-8 reach Python as lone surrogates, which no query can
+    send to PostgreSQL: name the argument instead of failing deep inside."""
+    for position, arg in enumerate(args, 1):
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            shown = arg.encode("utf-8", "backslashreplace").decode("ascii", "replace")
+            fail(f"argument {position} ({shown}) is not valid UTF-8 text")
 
 
 def main() -> None:
     """Console entry point: expected failures become one clear line on stderr and exit code 1."""
+    try:
+        _check_arguments_are_text(sys.argv[1:])
+    except typer.Exit as exit_:
+        raise SystemExit(exit_.exit_code) from None
     try:
         app()
     except expected_errors() as exc:

@@ -34,16 +34,23 @@ def load(
     edges_per_node: float = typer.Option(20.0, "--edges-per-node", help="synthetic: mean out-degree."),
     cache_dir: Path = typer.Option(None, "--cache-dir", help="stark-*: where downloads go "
                                                              "(default: STARK_PG_HOME/downloads)."),
+    refresh: bool = typer.Option(True, "--refresh/--no-refresh",
+                                 help="After a replace: bring the kept indexes up to date (only nodes whose "
+                                      "text changed are re-done). With --no-refresh, run `stark-pg index` later."),
     json_: bool = typer.Option(False, "--json", help="Print the load summary as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Load a knowledge base (or its queries) into PostgreSQL, in one transaction.
 
     A failed load leaves the database exactly as it was; loading a name that exists replaces it
-    atomically. Bad input stops the load with the file and line at fault.
+    atomically: the new version is built beside the old one, which other sessions keep reading
+    until the commit. What was derived from the old version is kept (lexical index, vectors,
+    evaluation runs, trained models) and the indexes are refreshed for the nodes that changed.
+    Bad input stops the load with the file and line at fault.
     """
     from loaders.detect import detect_format, is_query_only, open_source
     from stark_pg.config import home_dir
+    from stark_pg.index.refresh import carried_indexes, refresh_indexes
     from stark_pg.skb.store import load_queries, load_skb
 
     if if_exists not in ("replace", "skip", "fail"):
@@ -60,10 +67,20 @@ def load(
         else:
             summary = load_skb(conn, src, name, if_exists=if_exists, drop_dangling=drop_dangling,
                                progress=progress)
+        kinds = carried_indexes(summary.carried)
+        refreshed = refresh_indexes(conn, summary.name, kinds, progress) if kinds and refresh else {}
     if json_:
-        print_json(summary.to_dict())
+        print_json(summary.to_dict() | ({"refreshed": refreshed} if refreshed else {}))
         return
     _print_summary(summary)
+    if summary.carried:
+        kept = ", ".join(f"{table} {rows:,}" for table, rows in summary.carried.items())
+        out.print(f"kept from the replaced version (rows): {kept}", highlight=False)
+    if refreshed:
+        out.print(f"indexes refreshed for changed nodes: {', '.join(refreshed)}", highlight=False)
+    elif kinds:
+        out.print(f"[yellow]the kept {' and '.join(kinds)} indexes are not refreshed (--no-refresh): run "
+                  f"stark-pg index {summary.name}[/]")
 
 
 def _print_summary(summary) -> None:

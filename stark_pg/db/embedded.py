@@ -190,6 +190,8 @@ def _check_pid_file(pgdata: Path) -> None:
     pid = _pid_file_pid(pgdata)
     if pid is None or _postmaster(pgdata) is not None or not psutil.pid_exists(pid):
         return
+    if _wait_for_zombie(pid):
+        return
     try:
         what = psutil.Process(pid).name()
     except psutil.Error:
@@ -198,6 +200,44 @@ def _check_pid_file(pgdata: Path) -> None:
         f"{pgdata / 'postmaster.pid'} names process {pid} ({what}), which is not a PostgreSQL server of this "
         f"data directory: the file is left over from a server that did not shut down cleanly. If no PostgreSQL "
         f"runs on {pgdata}, delete that file and run the command again.")
+
+
+ZOMBIE_WAIT_S = 60.0
+"""How long a dead server may stay a zombie before we say who should reap it."""
+
+
+def _wait_for_zombie(pid: int, limit: float | None = None) -> bool:
+    """True once `pid` is gone, if it is a defunct (zombie) process: a killed server stays one until its
+    parent (after pg_ctl daemonised it: pid 1, which in some containers reaps slowly) collects it, and
+    PostgreSQL refuses to start while the pid of its postmaster.pid exists. False if it is alive."""
+    import psutil
+
+    try:
+        if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+            return False
+    except psutil.NoSuchProcess:
+        return True
+    limit = ZOMBIE_WAIT_S if limit is None else limit
+    print(f"the previous PostgreSQL server (pid {pid}) died and has not been reaped yet; waiting for it...",
+          file=sys.stderr, flush=True)
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if not psutil.pid_exists(pid):
+            return True
+        time.sleep(0.2)
+    raise EmbeddedServerError(
+        f"process {pid}, the PostgreSQL server that last ran on this data directory, died but is still a zombie "
+        f"after {limit:.0f} s: its parent process (pid {_parent(pid)}) does not reap it, and PostgreSQL will not "
+        f"start while that pid exists. Restart the parent (or the container) and run the command again.")
+
+
+def _parent(pid: int) -> str:
+    import psutil
+
+    try:
+        return str(psutil.Process(pid).ppid())
+    except psutil.Error:
+        return "?"
 
 
 def _wait_until_ready(pgdata: Path, limit: float = 600.0) -> None:

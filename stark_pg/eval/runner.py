@@ -21,7 +21,7 @@ from stark_pg.eval import metrics
 from stark_pg.eval.query_sets import QuerySet
 from stark_pg.progress import NullReporter, Reporter
 from stark_pg.resources import queries as sql
-from stark_pg.retrieve import Ranking, get_method
+from stark_pg.retrieve import Ranking, get_method, needs_setup
 
 
 @dataclass
@@ -57,6 +57,8 @@ def run_method(conn: psycopg.Connection, skb_id: int, skb_name: str, method: str
                 ranking, error = module.search(conn, skb_name, query.body, depth, options), None
             except Exception as exc:  # a failing query is recorded, not fatal
                 conn.rollback()
+                if needs_setup(exc):      # ...unless every query would fail alike
+                    raise
                 ranking, error = Ranking([], {}), f"{type(exc).__name__}: {exc}"
             latency_ms = (time.perf_counter() - started) * 1000
             ranked = ranking.node_ids

@@ -55,6 +55,21 @@ class MissingIndex(LookupError):
     """A search needs an index the SKB does not have (yet): the message says which command builds it."""
 
 
+def needs_setup(exc: BaseException) -> bool:
+    """Whether a failed search failed for every query alike: an index, a trained model or the SKB itself
+    is missing (MissingIndex; LoadError naming the SKB or model; one of our SQL functions raising with a
+    hint that says which `stark-pg` command to run). An evaluation stops on such an error instead of
+    recording it once per query as an all-zero run."""
+    import psycopg
+
+    from stark_pg.skb.records import LoadError
+
+    if isinstance(exc, (MissingIndex, LoadError)):
+        return True
+    hint = exc.diag.message_hint if isinstance(exc, psycopg.Error) and exc.diag else None
+    return bool(hint) and hint.startswith("run `stark-pg ")
+
+
 def get_method(name: str):
     """The module implementing method `name` (it has `Options` and `search`)."""
     if name not in METHODS:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import psycopg
 
 from stark_pg.embed import canonical_name, encode_query
+from stark_pg.options import OptionError
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Hit, Ranking
 from stark_pg.skb.catalog import require_skb
@@ -30,7 +31,7 @@ class Options:
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
     options = options or Options()
     if options.fusion not in ("rrf", "weighted"):
-        raise ValueError(f"hybrid fusion must be rrf or weighted, not {options.fusion!r}")
+        raise OptionError(f"hybrid fusion must be rrf or weighted, not {options.fusion!r}")
     require_skb(conn, skb)
     model = canonical_name(options.model)
     started = time.perf_counter()

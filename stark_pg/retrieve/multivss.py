@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import psycopg
 
 from stark_pg.embed import canonical_name, encode_query
+from stark_pg.options import OptionError
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Hit, Ranking
 
@@ -32,7 +33,7 @@ class Options:
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
     options = options or Options()
     if options.agg not in ("max", "mean"):
-        raise ValueError(f"multivss agg must be max or mean, not {options.agg!r}")
+        raise OptionError(f"multivss agg must be max or mean, not {options.agg!r}")
     model = canonical_name(options.model)
     started = time.perf_counter()
     vector = encode_query(query, model)

@@ -25,6 +25,7 @@ import psycopg
 from pydantic import BaseModel, Field, create_model, field_validator, model_validator
 
 from stark_pg.llm import LLMClient, LLMInvalidOutput
+from stark_pg.options import OptionError
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Hit
 
@@ -72,9 +73,9 @@ def rerank(conn: psycopg.Connection, skb: str, query: str, node_ids: list[int], 
     the candidates whose reply was invalid.
     """
     if doc_chars <= 0:
-        raise ValueError(f"doc_chars must be positive, not {doc_chars}")
+        raise OptionError(f"doc_chars must be positive, not {doc_chars}")
     if sim_weight < 0:
-        raise ValueError(f"sim_weight must be 0 or more, not {sim_weight}")
+        raise OptionError(f"sim_weight must be 0 or more, not {sim_weight}")
     node_ids = list(dict.fromkeys(int(n) for n in node_ids))
     if not node_ids:
         return []

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import psycopg
 
 from stark_pg.llm import client_from_options
+from stark_pg.options import OptionError
 from stark_pg.retrieve import Hit, Ranking, vss
 from stark_pg.retrieve.rerank import DOC_CHARS, SIM_WEIGHT, rerank
 
@@ -35,7 +36,7 @@ class Options:
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
     options = options or Options()
     if options.k_max <= 0:
-        raise ValueError(f"vss+rerank k_max must be positive, not {options.k_max}")
+        raise OptionError(f"vss+rerank k_max must be positive, not {options.k_max}")
     client = client_from_options(conn, llm=options.llm, base_url=options.base_url, cache=options.cache)
     first = vss.search(conn, skb, query, max(k, options.k_max), vss.Options(model=options.model))
     head, rest = first.hits[:options.k_max], first.hits[options.k_max:]

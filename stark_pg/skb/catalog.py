@@ -40,3 +40,4 @@ def drop_skb(conn: psycopg.Connection, name: str) -> None:
     with conn.transaction():
         lock_skb_name(conn, name)
         sql().delete_skb_rows(conn, skb_id=require_skb(conn, name))
+        sql().drop_orphan_tables(conn, keep=None)    # emptied edge partitions of replaced SKBs

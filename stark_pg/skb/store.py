@@ -1,7 +1,15 @@
 """Storing an SKB: validate while streaming, bulk-load with COPY, all in one transaction.
 
-A load either commits completely or leaves the database exactly as it was: the SKB of the same
-name (if any) is deleted inside the same transaction and is only gone once the new one commits.
+A load either commits completely or leaves the database exactly as it was. Replacing an SKB builds
+the new version beside the old one, under a new skb_id, while the old one stays fully readable; at
+the end, in the same transaction, the old one's derived data (lexical postings, vectors, eval runs,
+trained models: `stark.carry_over_skb`) moves to the new one, the old one is deleted and the new one
+takes its name. The locks that block other SKBs' readers (dropping the old version's per-SKB HNSW
+indexes) are taken only in that last step, moments before the commit. Its edge partition is emptied
+row by row (a query whose snapshot predates the commit must still find the old version's edges, and
+dropping a table is not MVCC-safe) and dropped after the next load. The carried postings and
+vectors keep the hash of the text they were made from, so the next index build (`stark-pg load`
+runs it: stark_pg.index.refresh) redoes only the nodes whose text changed.
 Memory stays flat as inputs grow: nodes and edges stream into COPY; only the set of node ids is
 kept (to check edge endpoints and answer ids), and node text is spooled to a temporary file while
 the node rows stream, then copied into `node_field`. Edges go into a new partition of `stark.edge`
@@ -45,6 +53,7 @@ class LoadSummary:
     dropped_queries: int = 0
     seconds: float = 0.0
     stage_seconds: dict[str, float] = field(default_factory=dict)   # nodes (with fields), edges, queries
+    carried: dict[str, int] = field(default_factory=dict)           # replace: rows of derived tables kept
 
     @property
     def nodes(self) -> int:
@@ -83,9 +92,10 @@ def load_skb(conn: psycopg.Connection, source: SkbSource, name: str | None = Non
                 return summary
             if if_exists == "fail":
                 raise SkbExists(f"an SKB named {name!r} exists (use --if-exists replace or skip)")
-            sql().delete_skb_rows(conn, skb_id=existing)
             summary.status = "replaced"
-        skb_id = sql().create_skb(conn, name=name, source=source.location, format=source.format,
+        # beside the old one until the swap; no other session sees this name (the row is uncommitted)
+        building_name = name if existing is None else f"{name}\x01replacing {existing}"
+        skb_id = sql().create_skb(conn, name=building_name, source=source.location, format=source.format,
                                   meta=json.dumps(source.meta))
         summary.skb_id = skb_id
         stage_started = time.perf_counter()
@@ -99,8 +109,26 @@ def load_skb(conn: psycopg.Connection, source: SkbSource, name: str | None = Non
         summary.stage_seconds["queries"] = round(time.perf_counter() - stage_started, 3)
         summary.seconds = round(time.perf_counter() - started, 3)
         sql().update_skb_meta(conn, skb_id=skb_id, meta=json.dumps(source.meta | {"load": _meta(summary)}))
+        if existing is not None:
+            _swap(conn, existing, skb_id, name, summary)
+    _drop_orphan_tables(conn, keep=existing)
     _analyze(conn)
     return summary
+
+
+def _swap(conn, old_id: int, new_id: int, name: str, summary: LoadSummary) -> None:
+    """The replacing load's last step: derived data moves over, the old SKB goes, the new one is `name`."""
+    summary.carried = sql().carry_over_skb(conn, old_id=old_id, new_id=new_id) or {}
+    sql().retire_replaced_skb(conn, skb_id=old_id)
+    sql().rename_skb(conn, skb_id=new_id, name=name)
+
+
+def _drop_orphan_tables(conn, keep: int | None) -> None:
+    """The emptied edge partitions earlier replaces left behind (see stark.delete_skb_rows), after the
+    load and in a transaction of its own: the AccessExclusive lock it takes on stark.edge must not last
+    a whole load. `keep` is the one this load has just emptied (older snapshots may still read it)."""
+    with conn.transaction():
+        sql().drop_orphan_tables(conn, keep=keep)
 
 
 def load_queries(conn: psycopg.Connection, skb_name: str, source: QuerySource, *, drop_dangling: bool = False,
@@ -139,12 +167,12 @@ def _copy_nodes(conn, skb_id: int, source: SkbSource, summary: LoadSummary, prog
                 check_int8(node.node_id, "node id", label, position)
                 node_ids.add(node.node_id)
                 types[node.type] += 1
-                nodes_out.line(f"{skb_id}\t{node.node_id}\t{_clean(node.type, label, position)}\t"
+                nodes_out.line(f"{skb_id}\t{node.node_id}\t{copy_text.text(_clean(node.type, label, position))}\t"
                                f"{copy_text.text(_clean(node.name, label, position))}\t"
                                f"{copy_text.jsonb(_clean_json(node.attrs, label, position))}\n")
                 for field_name, body in node.fields.items():
                     if body:
-                        fields_out.line(f"{skb_id}\t{node.node_id}\t{_clean(field_name, label, position)}\t"
+                        fields_out.line(f"{skb_id}\t{node.node_id}\t{copy_text.text(_clean(field_name, label, position))}\t"
                                         f"{copy_text.text(_clean(body, label, position))}\n")
                         summary.fields += 1
                 pending += 1

@@ -22,8 +22,9 @@ import psycopg
 
 from stark_pg.embed import canonical_name, encode_query
 from stark_pg.llm import client_from_options
+from stark_pg.options import OptionError
 from stark_pg.resources import queries as sql
-from stark_pg.retrieve import Hit, Ranking, get_method
+from stark_pg.retrieve import Hit, MissingIndex, Ranking, get_method
 from stark_pg.retrieve.agent import sandbox
 from stark_pg.retrieve.agent.categories import ANY, category_of, voted_type
 from stark_pg.retrieve.agent.slots import SlotSource, bind_values, shown
@@ -75,9 +76,9 @@ def trained_programs(conn: psycopg.Connection, skb: str, skb_id: int, run: int |
     """(run id, {category: program row}) of the run, or its newest finished one; clear errors."""
     run_id = run if run is not None else sql().latest_agent_run(conn, skb_id=skb_id)
     if run_id is None:
-        raise ValueError(f"no trained agent for {skb!r}: run `stark-pg train agent {skb}` first")
+        raise MissingIndex(f"no trained agent for {skb!r}: run `stark-pg train agent {skb}` first")
     if sql().agent_run_of(conn, skb_id=skb_id, run_id=run_id) is None:
-        raise ValueError(f"no agent run {run_id} for {skb!r} (runs are made by `stark-pg train agent {skb}`)")
+        raise OptionError(f"no agent run {run_id} for {skb!r} (runs are made by `stark-pg train agent {skb}`)")
     programs = {row[0]: row for row in sql().chosen_agent_programs(conn, run_id=run_id)}
     return run_id, programs
 
@@ -93,10 +94,10 @@ def _short_vectors(sql_text: str) -> str:
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
     o = options or Options()
     if o.timeout_ms <= 0 or o.row_limit <= 0:
-        raise ValueError("agent timeout_ms and row_limit must be positive")
+        raise OptionError("agent timeout_ms and row_limit must be positive")
     fallback = get_method(o.fallback)
     if o.fallback == "agent":
-        raise ValueError("agent fallback must be another method")
+        raise OptionError("agent fallback must be another method")
     skb_id = require_skb(conn, skb)
     run_id, programs = trained_programs(conn, skb, skb_id, o.run)
     model = canonical_name(o.model)

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from stark_pg.embed import canonical_name, encode, encode_query
 from stark_pg.llm import LLMClient, LLMInvalidOutput, client_from_options
+from stark_pg.options import OptionError
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Hit, Ranking
 from stark_pg.retrieve.hybrid import Options as HybridOptions
@@ -56,11 +57,11 @@ class LLMOptions:
 
 def check(o: RetrieverOptions) -> None:
     if o.retriever not in RETRIEVERS:
-        raise ValueError(f"retriever must be one of {', '.join(RETRIEVERS)}, not {o.retriever!r}")
+        raise OptionError(f"retriever must be one of {', '.join(RETRIEVERS)}, not {o.retriever!r}")
     if o.combine not in COMBINES:
-        raise ValueError(f"combine must be one of {', '.join(COMBINES)}, not {o.combine!r}")
+        raise OptionError(f"combine must be one of {', '.join(COMBINES)}, not {o.combine!r}")
     if not 0.0 <= o.query_weight <= 1.0:
-        raise ValueError(f"query_weight must be between 0 and 1, not {o.query_weight}")
+        raise OptionError(f"query_weight must be between 0 and 1, not {o.query_weight}")
 
 
 # ------------------------------------------------------------------------------------------------

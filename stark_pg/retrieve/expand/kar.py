@@ -29,6 +29,7 @@ import psycopg
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from stark_pg.embed import canonical_name, encode, encode_query
+from stark_pg.options import OptionError
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Ranking
 from stark_pg.retrieve.expand import SYSTEM, Context, LLMOptions, RetrieverOptions, ask_texts, clip, documents, run
@@ -110,9 +111,9 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
     o = options or Options()
     for name in ("hops", "top_k", "per_hop_cap", "n", "doc_chars", "budget", "match_pool"):
         if getattr(o, name) <= 0:
-            raise ValueError(f"kar {name} must be positive, not {getattr(o, name)}")
+            raise OptionError(f"kar {name} must be positive, not {getattr(o, name)}")
     if o.hops > 6:
-        raise ValueError(f"kar hops must be at most 6, not {o.hops}")
+        raise OptionError(f"kar hops must be at most 6, not {o.hops}")
 
     def expand(ctx: Context) -> list[str]:
         model = canonical_name(o.model)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from stark_pg.options import OptionError
 from stark_pg.retrieve import Ranking
 from stark_pg.retrieve.expand import Context, RetrieverOptions, clip, run
 
@@ -20,7 +21,7 @@ class Options(RetrieverOptions):
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
     o = options or Options()
     if o.n <= 0 or o.doc_chars <= 0:
-        raise ValueError(f"prf n and doc_chars must be positive, not {o.n}, {o.doc_chars}")
+        raise OptionError(f"prf n and doc_chars must be positive, not {o.n}, {o.doc_chars}")
 
     def expand(ctx: Context) -> list[str]:
         return [clip(d.text, o.doc_chars) for d in ctx.first_pass(o.n)]

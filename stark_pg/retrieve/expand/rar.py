@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from stark_pg.options import OptionError
 from stark_pg.retrieve import Ranking
 from stark_pg.retrieve.expand import Context, LLMOptions, RetrieverOptions, ask_text, listing, run
 
@@ -34,7 +35,7 @@ class Options(LLMOptions, RetrieverOptions):
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
     o = options or Options()
     if o.n <= 0 or o.doc_chars <= 0:
-        raise ValueError(f"rar n and doc_chars must be positive, not {o.n}, {o.doc_chars}")
+        raise OptionError(f"rar n and doc_chars must be positive, not {o.n}, {o.doc_chars}")
 
     def expand(ctx: Context) -> list[str]:
         docs = listing(ctx.first_pass(o.n), o.doc_chars)

@@ -27,6 +27,7 @@ import psycopg
 
 from stark_pg.embed import canonical_name, encode_query
 from stark_pg.llm import client_from_options
+from stark_pg.options import OptionError
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Hit, Ranking
 from stark_pg.retrieve.focus import answer_type, link, triplets
@@ -62,11 +63,11 @@ class Options:
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
     o = options or Options()
     if o.k_max <= 0:
-        raise ValueError(f"4stepfocus k_max must be positive, not {o.k_max}")
+        raise OptionError(f"4stepfocus k_max must be positive, not {o.k_max}")
     if o.examples < 0:
-        raise ValueError(f"4stepfocus examples must be 0 or more, not {o.examples}")
+        raise OptionError(f"4stepfocus examples must be 0 or more, not {o.examples}")
     if o.type_weight < 0 or o.type_k <= 0:
-        raise ValueError(f"4stepfocus type_weight must be 0 or more and type_k positive, not {o.type_weight}, {o.type_k}")
+        raise OptionError(f"4stepfocus type_weight must be 0 or more and type_k positive, not {o.type_weight}, {o.type_k}")
     answer_type.check_share(o.llm_type_share)            # before the LLM call, not after it
     skb_id = require_skb(conn, skb)
     model = canonical_name(o.model)

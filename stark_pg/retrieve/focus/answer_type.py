@@ -23,6 +23,7 @@ import numpy as np
 import psycopg
 
 from stark_pg.embed import encode
+from stark_pg.options import OptionError
 from stark_pg.resources import queries as sql
 
 
@@ -67,7 +68,7 @@ def votes(conn: psycopg.Connection, skb: str, query: str, vector: np.ndarray, *,
 
 def check_share(llm_type_share: float) -> None:
     if not 0.0 <= llm_type_share <= 1.0:
-        raise ValueError(f"4stepfocus llm_type_share must be between 0 and 1, not {llm_type_share}")
+        raise OptionError(f"4stepfocus llm_type_share must be between 0 and 1, not {llm_type_share}")
 
 
 def belief(llm_type: str | None, voted: list[tuple[str, float]], llm_type_share: float = 0.5) -> TypeBelief:
