@@ -250,3 +250,60 @@ def agent(
     if plot:
         out.print(f"history plot: {plot}", highlight=False)
     out.print(f"programs: select * from stark.agent_program where run_id = {report.run_id};", highlight=False)
+
+
+@app.command()
+def fusion(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="The SKB whose train split to learn from (never val or test)."),
+    model_name: str = typer.Option("default", "--name", help="Store the model under this name; search with "
+                                                             "-o name=..."),
+    model: str = typer.Option(None, "--model", help="Embedding model of the features (default all-MiniLM-L6-v2, "
+                                                    "as `stark-pg index` uses)."),
+    rounds: str = typer.Option("100,200,400", "--rounds", help="Boosting rounds to choose among by cross-validation "
+                                                               "on train (comma-separated)."),
+    folds: int = typer.Option(5, "--folds", help="Cross-validation folds over the training queries."),
+    leaves: int = typer.Option(15, "--leaves", help="Leaves per tree."),
+    learning_rate: float = typer.Option(0.05, "--learning-rate"),
+    pool: int = typer.Option(100, "--pool", help="Shortlist per (field, scorer) pair: the candidates."),
+    knn: int = typer.Option(10, "--knn", help="Nearest training queries behind type_share and knn_answer."),
+    seed: int = typer.Option(1, "--seed"),
+    limit: int = typer.Option(None, "--limit", help="Only the first N training queries (a quick run)."),
+    json_: bool = typer.Option(False, "--json", help="Cross-validation figures and feature importance as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+) -> None:
+    """Learn a ranker (LightGBM lambdarank) over every score stark-pg computes per candidate.
+
+    Features (stark.fusion_features, computed in SQL): BM25 and cosine per field (mFAR's pairs), the
+    answer type the nearest training queries vote for, their answers, and graph proximity to the
+    entities the question names. The number of rounds is chosen by cross-validation on train; the
+    model is compiled to SQL and stored in stark.fusion_model. Needs `stark-pg index NAME
+    --relation-fields`. Then: `stark-pg eval NAME -m fusion`.
+    """
+    from stark_pg.train.fusion import FusionSettings, train_fusion
+
+    try:
+        candidates = [int(r) for r in rounds.split(",") if r.strip()]
+    except ValueError:
+        fail(f"--rounds must be comma-separated integers, not {rounds!r}")
+    if not candidates or min(candidates) < 1 or folds < 2 or leaves < 2 or not 0 < learning_rate <= 1:
+        fail("--rounds must be positive, --folds and --leaves at least 2, --learning-rate in (0, 1]")
+    settings = FusionSettings(name=model_name, model=model, pool=pool, knn=knn, rounds=candidates, folds=folds,
+                              leaves=leaves, learning_rate=learning_rate, seed=seed, limit=limit)
+    with state(ctx).connect() as conn:
+        try:
+            report = train_fusion(conn, name, settings, progress=reporter(quiet or json_))
+        except ValueError as exc:
+            fail(str(exc))
+    if json_:
+        print_json(report)
+        return
+    table = Table(title=f"fusion model {report['name']!r} on {name}: {report['queries']} training queries, "
+                        f"{report['features']} features, {report['seconds']:.0f} s", title_justify="left")
+    for column in ("rounds", "CV Hit@1", "CV MRR", "chosen"):
+        table.add_column(column)
+    for r, figures in report["cv"].items():
+        table.add_row(r, f"{figures['hit@1']:.3f}", f"{figures['mrr']:.3f}",
+                      "yes" if int(r) == report["chosen_rounds"] else "")
+    out.print(table)
+    out.print("most useful features (gain): " + ", ".join(report["importance"]), highlight=False)

@@ -44,6 +44,7 @@ METHODS = {
     "agr": "stark_pg.retrieve.expand.agr",
     "kar": "stark_pg.retrieve.expand.kar",
     "agent": "stark_pg.retrieve.agent",
+    "fusion": "stark_pg.retrieve.fusion",
 }
 
 

@@ -1,0 +1,118 @@
+"""What each feature group of learned fusion adds: cross-validated on train, reported on val.
+
+Run by hand (figures in the README's "Learned fusion" section):
+    python benchmarks/fusion_ablation.py stark-prime-ibd [--dsn URL]
+
+Features of every train and val query are computed once (stark.fusion_features, as search does);
+then for the full set and for the set without each group, LightGBM is fitted on all of train with
+the settings `stark-pg train fusion` uses and the number of rounds the stored model chose by
+cross-validation on train (`--rounds` overrides), and scored on val. Val never chooses anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import time
+from pathlib import Path
+
+import numpy as np
+
+from stark_pg.db import connect
+from stark_pg.embed import canonical_name, encode
+from stark_pg.eval import metrics
+from stark_pg.eval.query_sets import from_split
+from stark_pg.resources import queries as sql
+from stark_pg.retrieve.focus.answer_type import embed_split
+from stark_pg.skb.catalog import require_skb
+from stark_pg.train.fusion import FusionSettings, query_features
+
+GROUPS = {
+    "lexical (BM25 per field)": lambda n: n.endswith("|lexical") or n.endswith("|lexical|norm"),
+    "dense (cosine per field)": lambda n: n.endswith("|dense"),
+    "type_share": lambda n: n == "type_share",
+    "knn_answer": lambda n: n == "knn_answer",
+    "graph (linked, hop1, hop2)": lambda n: n in ("linked", "hop1", "hop2"),
+}
+
+
+def main() -> None:
+    import lightgbm
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("skb")
+    parser.add_argument("--dsn", default=None)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--rounds", type=int, default=None, help="default: the stored model 'default' chose")
+    parser.add_argument("--features", default=None, help="a pickle file to keep the computed features in (re-runs "
+                                                          "read it instead of computing them again)")
+    args = parser.parse_args()
+    settings = FusionSettings()
+    conn = connect(args.dsn) if args.dsn else connect()
+    skb_id = require_skb(conn, args.skb)
+    model = canonical_name(None)
+    embed_split(conn, args.skb, "train", model)
+    names = list(sql().fusion_feature_names(conn, skb=args.skb, model=model))
+    started = time.perf_counter()
+    data = {}
+    cached = Path(args.features) if args.features else None
+    if cached and cached.exists():
+        data = pickle.loads(cached.read_bytes())
+    for split in ("train", "val"):
+        if split in data:
+            continue
+        queries = from_split(conn, skb_id, split).queries
+        vectors = encode([q.body for q in queries], model)
+        data[split] = []
+        for q, v in zip(queries, vectors):
+            ids, X = query_features(conn, args.skb, q.body, v, settings, model)
+            data[split].append((q, ids, X, np.array([n in set(q.answer_ids) for n in ids], float)))
+    if cached:
+        cached.write_bytes(pickle.dumps(data))
+    print(f"features of {sum(map(len, data.values()))} queries in {time.perf_counter() - started:.0f} s", flush=True)
+    params = {"objective": "lambdarank", "metric": "ndcg", "learning_rate": settings.learning_rate,
+              "num_leaves": settings.leaves, "min_data_in_leaf": settings.min_data_in_leaf, "feature_fraction": 0.8,
+              "bagging_fraction": 0.8, "bagging_freq": 1, "lambdarank_truncation_level": 20, "verbose": -1,
+              "seed": settings.seed, "num_threads": 2, "deterministic": True, "force_row_wise": True}
+
+    def fit(rows, keep, rounds):
+        rows = [r for r in rows if len(r[1])]
+        ds = lightgbm.Dataset(np.vstack([r[2][:, keep] for r in rows]), np.concatenate([r[3] for r in rows]),
+                              group=[len(r[1]) for r in rows])
+        return lightgbm.train(params, ds, num_boost_round=rounds)
+
+    def score(booster, rows, keep):
+        out = {"hit@1": [], "hit@5": [], "recall@20": [], "mrr": []}
+        for q, ids, X, _ in rows:
+            s = booster.predict(X[:, keep]) if len(ids) else []
+            ranked = [ids[i] for i in sorted(range(len(ids)), key=lambda i: (-s[i], ids[i]))]
+            values = metrics.evaluate(ranked, q.answer_ids)
+            for m in out:
+                out[m].append(values[m])
+        return {m: round(float(np.mean(v)), 3) for m, v in out.items()}
+
+    rounds = args.rounds or conn.execute("select (settings ->> 'chosen_rounds')::int from stark.fusion_model "
+                                         "where skb_id = %s and name = 'default'", (skb_id,)).fetchone()[0]
+    table = []
+    for label, drop in [("all features", lambda n: False)] + [(f"without {g}", f) for g, f in GROUPS.items()]:
+        keep = [i for i, n in enumerate(names) if not drop(n)]
+        fit_started = time.perf_counter()
+        booster = fit(data["train"], keep, rounds)
+        fit_seconds = time.perf_counter() - fit_started
+        val = score(booster, data["val"], keep)
+        table.append({"variant": label, "features": len(keep), "rounds": rounds,
+                      "fit_seconds": round(fit_seconds, 1)} | val)
+        print(json.dumps(table[-1]), flush=True)
+    if args.json:
+        print(json.dumps(table, indent=2))
+    else:
+        print("\n| variant | features | val Hit@1 | val Hit@5 | val R@20 | val MRR |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for r in table:
+            print(f"| {r['variant']} | {r['features']} | {r['hit@1']:.3f} | {r['hit@5']:.3f} | "
+                  f"{r['recall@20']:.3f} | {r['mrr']:.3f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+-- Named statements for learned fusion (stark_pg/train/fusion.py, stark_pg/retrieve/fusion.py).
+
+-- name: fusion_feature_names(skb, model)$
+select stark.fusion_feature_names(:skb, :model);
+
+-- name: fusion_features(skb, query, embedding, model, pool, knn, link)
+select node_id, f from stark.fusion_features(:skb, :query, :embedding, :model, :pool, :knn, :link)
+order by node_id;
+
+-- name: save_fusion_model(skb_id, name, embed_model, features, booster, score_sql, settings, metrics, importance)!
+insert into stark.fusion_model (skb_id, name, embed_model, features, booster, score_sql, settings, metrics, importance)
+values (:skb_id, :name, :embed_model, cast(:features as text[]), :booster, :score_sql, cast(:settings as jsonb),
+        cast(:metrics as jsonb), cast(:importance as jsonb))
+on conflict (skb_id, name) do update
+    set embed_model = excluded.embed_model, features = excluded.features, booster = excluded.booster,
+        score_sql = excluded.score_sql, settings = excluded.settings, metrics = excluded.metrics,
+        importance = excluded.importance, trained_at = now();
+
+-- name: load_fusion_model(skb_id, name)^
+select name, embed_model, features, booster, score_sql, settings, metrics, importance, trained_at
+from stark.fusion_model where skb_id = :skb_id and name = :name;
+
+-- name: fusion_model_names(skb_id)
+select name from stark.fusion_model where skb_id = :skb_id order by name;

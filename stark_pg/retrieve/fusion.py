@@ -1,0 +1,81 @@
+"""Learned fusion: a LightGBM ranker over every score stark-pg computes, evaluated inside PostgreSQL.
+
+Python embeds the query; one statement (sql/templates/fusion.sql) computes the candidates' features
+(stark.fusion_features) and orders them by the model compiled to SQL. Train a model first:
+`stark-pg train fusion SKB` (stark_pg/train/fusion.py). `--explain` adds each feature's contribution
+to the top results' scores (LightGBM's SHAP values, from the stored model).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import psycopg
+from psycopg import sql as pgsql
+
+from stark_pg.embed import encode_query
+from stark_pg.resources import sql_text
+from stark_pg.retrieve import Hit, Ranking
+from stark_pg.skb.catalog import require_skb
+from stark_pg.train.fusion_model import FusionModel, load
+
+EXPLAINED_RESULTS = 5
+
+
+@dataclass
+class Options:
+    name: str = "default"        # the trained model (`stark-pg train fusion SKB --name ...`)
+    explain: bool = False        # per-result contributions of every feature in the trace
+
+
+def template(name: str, model: FusionModel) -> pgsql.Composed:
+    """A section of sql/templates/fusion.sql with the model's compiled score in place of {score}."""
+    parts = re.split(r"^-- name: (\w+)[^\n]*\n", sql_text("templates/fusion.sql"), flags=re.M)
+    body = dict(zip(parts[1::2], parts[2::2]))[name].strip()
+    return pgsql.SQL(body).format(score=pgsql.SQL(model.score_sql))
+
+
+def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
+    options = options or Options()
+    skb_id = require_skb(conn, skb)
+    model = load(conn, skb_id, skb, options.name)
+    started = time.perf_counter()
+    vector = encode_query(query, model.embed_model)
+    embedded = time.perf_counter()
+    s = model.settings
+    params = {"skb": skb, "query": query, "embedding": vector, "model": model.embed_model, "pool": s["pool"],
+              "knn": s["knn"], "link": s["link"], "k": k}
+    rows = conn.execute(template("rank", model), params).fetchall()
+    hits = [Hit(int(node_id), float(score)) for node_id, score in rows]
+    trace = {"method": "fusion", "model": model.name, "features": len(model.features),
+             "trees": model.settings.get("chosen_rounds"),
+             "sql": "compiled trees over stark.fusion_features(skb, query, embedding, model, pool, knn, link)",
+             "embed_ms": round((embedded - started) * 1000, 3),
+             "sql_ms": round((time.perf_counter() - embedded) * 1000, 3)}
+    if options.explain and hits:
+        shown = contributions(conn, skb, query, vector, model, [h.node_id for h in hits[:EXPLAINED_RESULTS]])
+        trace["contributions"] = shown
+        trace["explain"] = {f"node {node} (score {hit.score:.3f}): feature contributions": [
+            f"{feature}: {value:+.4f}" for feature, value in shown[str(node)].items()]
+            for hit in hits[:EXPLAINED_RESULTS] for node in [hit.node_id] if str(node) in shown}
+    return Ranking(hits, trace)
+
+
+def contributions(conn, skb: str, query: str, vector, model: FusionModel, node_ids: list[int]) -> dict:
+    """{node: {feature: contribution}} (the largest ten by size, and the bias), from the stored booster."""
+    from stark_pg.train.fusion import FusionSettings, query_features
+
+    s = model.settings
+    settings = FusionSettings(pool=s["pool"], knn=s["knn"], link=s["link"])
+    ids, X = query_features(conn, skb, query, vector, settings, model.embed_model)
+    position = {n: i for i, n in enumerate(ids)}
+    shown = [n for n in node_ids if n in position]
+    values = model.booster().predict(X[[position[n] for n in shown]], pred_contrib=True)
+    out = {}
+    for node, row in zip(shown, np.atleast_2d(values)):
+        top = sorted(zip(model.features, row[:-1]), key=lambda x: -abs(x[1]))[:10]
+        out[str(node)] = {name: round(float(v), 4) for name, v in top} | {"(bias)": round(float(row[-1]), 4)}
+    return out

@@ -1,0 +1,132 @@
+"""Training learned fusion on an SKB's training queries: LightGBM lambdarank over stark.fusion_features.
+
+Why this way: every signal stark-pg has about a (query, candidate) pair is already an SQL score
+(BM25 and cosine per field, the answer type the nearest training queries vote for, their answers,
+graph proximity to the entities the question names). A ranker learned on `train` weighs them per
+query far better than any fixed sum. PostgreSQL computes the features once per training query, with
+the very function search uses; LightGBM learns in seconds. The number of boosting rounds (the one
+setting that over- or under-fits) is chosen by k-fold cross-validation over the training queries;
+the model is then fitted on all of them. Validation and test splits are never read.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import psycopg
+
+from stark_pg.embed import canonical_name, encode
+from stark_pg.eval import metrics
+from stark_pg.eval.query_sets import from_split
+from stark_pg.progress import NullReporter, Reporter
+from stark_pg.resources import queries as sql
+from stark_pg.retrieve.focus.answer_type import embed_split
+from stark_pg.skb.catalog import require_skb
+from stark_pg.train.fusion_model import FusionModel, compile_sql, save
+
+
+@dataclass
+class FusionSettings:
+    name: str = "default"
+    model: str | None = None          # embedding model of the features (default: all-MiniLM-L6-v2)
+    pool: int = 100                   # shortlist per (field, scorer), as mFAR's
+    knn: int = 10                     # nearest training queries for type_share and knn_answer
+    link: int = 5                     # name matches taken as the entities the question names
+    rounds: list[int] = field(default_factory=lambda: [100, 200, 400])   # chosen among by cross-validation
+    folds: int = 5
+    leaves: int = 15
+    learning_rate: float = 0.05
+    min_data_in_leaf: int = 20
+    seed: int = 1
+    limit: int | None = None          # only the first N training queries (a quick run)
+
+
+@dataclass
+class QueryFeatures:
+    query_id: int
+    node_ids: list[int]
+    X: np.ndarray
+    y: np.ndarray
+
+
+def query_features(conn: psycopg.Connection, skb: str, body: str, vector, settings: FusionSettings, model: str):
+    """(node ids, feature matrix) of one query's candidates, exactly as search computes them."""
+    rows = list(sql().fusion_features(conn, skb=skb, query=body, embedding=vector, model=model,
+                                      pool=settings.pool, knn=settings.knn, link=settings.link))
+    return [int(r[0]) for r in rows], np.array([r[1] for r in rows], dtype=np.float64).reshape(len(rows), -1)
+
+
+def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | None = None,
+                 progress: Reporter | None = None) -> dict:
+    import lightgbm
+
+    settings = settings or FusionSettings()
+    progress = progress or NullReporter()
+    started = time.perf_counter()
+    skb_id = require_skb(conn, skb)
+    model = canonical_name(settings.model)
+    embed_split(conn, skb, "train", model)        # the neighbours of type_share and knn_answer
+    queries = from_split(conn, skb_id, "train").queries[:settings.limit]
+    if len(queries) < settings.folds * 2:
+        raise ValueError(f"{len(queries)} training queries are too few for {settings.folds}-fold cross-validation")
+    names = list(sql().fusion_feature_names(conn, skb=skb, model=model))
+    vectors = encode([q.body for q in queries], model)
+    data: list[QueryFeatures] = []
+    with progress.stage("features (train queries)", total=len(queries)) as stage:
+        for query, vector in zip(queries, vectors):
+            node_ids, X = query_features(conn, skb, query.body, vector, settings, model)
+            answers = set(query.answer_ids)
+            data.append(QueryFeatures(query.query_id, node_ids, X, np.array([n in answers for n in node_ids], float)))
+            stage.advance()
+    featured = time.perf_counter()
+    params = {"objective": "lambdarank", "metric": "ndcg", "learning_rate": settings.learning_rate,
+              "num_leaves": settings.leaves, "min_data_in_leaf": settings.min_data_in_leaf,
+              "feature_fraction": 0.8, "bagging_fraction": 0.8, "bagging_freq": 1,
+              "lambdarank_truncation_level": 20, "verbose": -1, "seed": settings.seed, "num_threads": 2,
+              "deterministic": True, "force_row_wise": True}
+
+    def fit(part: list[QueryFeatures], rounds: int):
+        usable = [q for q in part if len(q.node_ids)]
+        train_set = lightgbm.Dataset(np.vstack([q.X for q in usable]), np.concatenate([q.y for q in usable]),
+                                     group=[len(q.node_ids) for q in usable], feature_name=_safe(names))
+        return lightgbm.train(params, train_set, num_boost_round=rounds)
+
+    order = np.random.default_rng(settings.seed).permutation(len(data))
+    folds = np.array_split(order, settings.folds)
+    cv: dict[str, dict] = {}
+    with progress.stage("cross-validation", total=len(settings.rounds) * settings.folds) as stage:
+        for rounds in settings.rounds:
+            scores = []
+            for k, held in enumerate(folds):
+                rest = [data[i] for j, f in enumerate(folds) if j != k for i in f]
+                booster = fit(rest, rounds)
+                scores += [_query_metrics(booster, data[i], queries[i].answer_ids) for i in held]
+                stage.advance()
+            cv[str(rounds)] = {m: round(float(np.mean([s[m] for s in scores])), 4) for m in ("hit@1", "mrr")}
+    best = max(settings.rounds, key=lambda r: (cv[str(r)]["mrr"], -r))
+    booster = fit(data, best)
+    gains = booster.feature_importance("gain")
+    importance = {n: round(float(g), 2) for n, g in sorted(zip(names, gains), key=lambda x: -x[1])}
+    fusion = FusionModel(settings.name, model, names, booster.model_to_string(), compile_sql(booster),
+                         asdict(settings) | {"chosen_rounds": best, "queries": len(data)},
+                         {"cv": cv, "chosen_rounds": best}, importance)
+    save(conn, skb_id, fusion)
+    return {"name": settings.name, "queries": len(data), "features": len(names), "cv": cv, "chosen_rounds": best,
+            "importance": dict(list(importance.items())[:10]),
+            "feature_seconds": round(featured - started, 1), "seconds": round(time.perf_counter() - started, 1)}
+
+
+def _query_metrics(booster, q: QueryFeatures, answer_ids: list[int]) -> dict:
+    if not q.node_ids:
+        return {"hit@1": 0.0, "mrr": 0.0}
+    scores = booster.predict(q.X)
+    ranked = [q.node_ids[i] for i in sorted(range(len(scores)), key=lambda i: (-scores[i], q.node_ids[i]))]
+    values = metrics.evaluate(ranked, answer_ids)
+    return {"hit@1": values["hit@1"], "mrr": values["mrr"]}
+
+
+def _safe(names: list[str]) -> list[str]:
+    """LightGBM refuses some characters in feature names (JSON ones); the SQL keeps the real names."""
+    return [f"f{i}_" + "".join(c if c.isalnum() else "_" for c in n) for i, n in enumerate(names, 1)]

@@ -1,0 +1,77 @@
+"""A learned-fusion model: LightGBM's gradient-boosted trees, kept as LightGBM text and compiled to SQL.
+
+Why trees compiled to SQL: the ranking then happens where the features are computed, in one
+statement (sql/templates/fusion.sql), with no round trip of the candidates to Python. Each tree
+becomes nested `CASE WHEN f[i] <= threshold THEN ... ELSE ... END` (the comparison LightGBM makes;
+the features are never NULL or NaN: stark.fusion_features gives 0 for a missing score), and the
+model is their sum. tests/test_fusion.py checks that the SQL equals `Booster.predict` on the same
+feature vectors.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import psycopg
+
+from stark_pg.resources import queries as sql
+from stark_pg.retrieve import MissingIndex
+
+
+@dataclass
+class FusionModel:
+    name: str
+    embed_model: str
+    features: list[str]
+    booster_text: str
+    score_sql: str
+    settings: dict
+    metrics: dict
+    importance: dict
+
+    def booster(self):
+        import lightgbm
+
+        return lightgbm.Booster(model_str=self.booster_text)
+
+
+def compile_sql(booster) -> str:
+    """The booster's raw score as one SQL expression over the double precision array `f`."""
+    trees = booster.dump_model()["tree_info"]
+    return "(" + "\n + ".join(_node_sql(t["tree_structure"]) for t in trees) + ")" if trees else "0"
+
+
+def _node_sql(node: dict) -> str:
+    if "leaf_value" in node:
+        return _number(node["leaf_value"])
+    if node.get("decision_type", "<=") != "<=":
+        raise ValueError(f"cannot compile a {node['decision_type']!r} split (numerical <= splits only)")
+    feature = int(node["split_feature"]) + 1                      # SQL arrays count from 1
+    return (f"case when f[{feature}] <= {_number(node['threshold'])} then {_node_sql(node['left_child'])} "
+            f"else {_node_sql(node['right_child'])} end")
+
+
+def _number(value: float) -> str:
+    """A double precision literal that reads back as exactly `value` (repr is the shortest round trip)."""
+    text = repr(float(value))
+    if text in ("inf", "-inf", "nan"):
+        return f"'{text}'::float8"
+    return f"{text}::float8"
+
+
+def save(conn: psycopg.Connection, skb_id: int, model: FusionModel) -> None:
+    with conn.transaction():
+        sql().save_fusion_model(conn, skb_id=skb_id, name=model.name, embed_model=model.embed_model,
+                                features=model.features, booster=model.booster_text, score_sql=model.score_sql,
+                                settings=json.dumps(model.settings), metrics=json.dumps(model.metrics),
+                                importance=json.dumps(model.importance))
+
+
+def load(conn: psycopg.Connection, skb_id: int, skb: str, name: str) -> FusionModel:
+    row = sql().load_fusion_model(conn, skb_id=skb_id, name=name)
+    if row is None:
+        trained = ", ".join(r[0] for r in sql().fusion_model_names(conn, skb_id=skb_id)) or "none"
+        raise MissingIndex(f"no fusion model {name!r} for SKB {skb!r} (trained: {trained}); "
+                           f"run `stark-pg train fusion {skb}`")
+    return FusionModel(row[0], row[1], list(row[2]), row[3], row[4], row[5], row[6], row[7])

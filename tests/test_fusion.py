@@ -1,0 +1,120 @@
+"""Learned fusion (issue 19): features equal their SQL definitions, no query sees its own answers, the
+compiled SQL equals LightGBM's own prediction, and training and search work end to end (CLI)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from stark_pg.db import connect
+from stark_pg.embed import encode_query
+from stark_pg.resources import queries as sql
+from stark_pg.retrieve import get_method
+from stark_pg.retrieve.focus.answer_type import embed_split
+from stark_pg.retrieve.fusion import template
+from stark_pg.train.fusion import FusionSettings, query_features, train_fusion
+from stark_pg.train.fusion_model import load
+
+SKB = "syn-fusion"
+MODEL = "all-MiniLM-L6-v2"
+
+
+@pytest.fixture(scope="module")
+def trained(server_url, template_db):
+    """A small indexed synthetic SKB with a quickly trained fusion model."""
+    from conftest import indexed_synthetic
+
+    with indexed_synthetic(server_url, template_db, "stark_fusion", SKB, seed=11) as url:
+        with connect(url) as conn:
+            report = train_fusion(conn, SKB, FusionSettings(limit=40, rounds=[5, 15], folds=2, min_data_in_leaf=5))
+        yield url, report
+
+
+def test_features_equal_their_sql_definitions_and_no_query_sees_its_own_answers(trained):
+    url, _ = trained
+    with connect(url) as conn:
+        embed_split(conn, SKB, "train", MODEL)
+        names = list(sql().fusion_feature_names(conn, skb=SKB, model=MODEL))
+        skb_id = conn.execute("select skb_id from stark.skb where name = %s", (SKB,)).fetchone()[0]
+        # a training question: its own row must not vote, nor give its answers
+        query_id, body, answers = conn.execute(
+            "select query_id, body, answer_ids from stark.query where skb_id = %s and split = 'train' "
+            "order by query_id limit 1", (skb_id,)).fetchone()
+        vector = encode_query(body)
+        ids, X = query_features(conn, SKB, body, vector, FusionSettings(), MODEL)
+        assert X.shape == (len(ids), len(names)) and len(ids) > 10
+        col = {n: i for i, n in enumerate(names)}
+
+        bm25 = dict(conn.execute("select node_id, score from stark.bm25_scores(%s, '*', %s)", (skb_id, body)))
+        for i, node in enumerate(ids):
+            assert X[i, col["document|lexical"]] == pytest.approx(bm25.get(node, 0.0), rel=1e-9, abs=1e-12)
+        best = max(bm25.get(n, 0.0) for n in ids)
+        assert X[:, col["document|lexical|norm"]] == pytest.approx(X[:, col["document|lexical"]] / best)
+
+        votes = {t: s for t, s, _ in conn.execute(
+            "select * from stark.answer_type_votes(%s, %s, 'train', 10, %s, %s)", (SKB, vector, MODEL, body))}
+        types = dict(conn.execute("select node_id, type from stark.node where skb_id = %s", (skb_id,)))
+        for i, node in enumerate(ids):
+            assert X[i, col["type_share"]] == pytest.approx(votes.get(types[node], 0.0))
+
+        # knn_answer, recomputed in Python from the stored query vectors: the question's own text left out
+        rows = conn.execute("select q.body, q.answer_ids, v.vec::text from stark.query q join stark.query_vector v "
+                            "using (skb_id, query_id) where q.skb_id = %s and q.split = 'train' and v.model = %s",
+                            (skb_id, MODEL)).fetchall()
+        others = [(a, np.array(json.loads(v))) for b, a, v in rows if b != body]
+        assert len(others) < len(rows)
+        sims = sorted(((float(np.dot(vec, vector) / np.linalg.norm(vec) / np.linalg.norm(vector)), a)
+                       for a, vec in others), key=lambda x: -x[0])[:10]
+        expected: dict[int, float] = {}
+        for sim, answer_ids in sims:
+            for a in answer_ids:
+                expected[a] = expected.get(a, 0.0) + sim / math.sqrt(len(answer_ids))
+        for i, node in enumerate(ids):
+            assert X[i, col["knn_answer"]] == pytest.approx(expected.get(node, 0.0), abs=1e-5)
+
+        # linked and hop1: the best name matches, weighted by their share of the best match
+        linked = conn.execute("select node_id, score from stark.bm25_scores(%s, 'name', %s) "
+                              "order by score desc, node_id limit 5", (skb_id, body)).fetchall()
+        weight = {n: s / linked[0][1] for n, s in linked}
+        hop1: dict[int, float] = {}
+        for src, dst in conn.execute("select src, dst from stark.edge where skb_id = %s and src = any(%s)",
+                                     (skb_id, list(weight))):
+            hop1[dst] = max(hop1.get(dst, 0.0), weight[src])
+        for i, node in enumerate(ids):
+            assert X[i, col["linked"]] == pytest.approx(weight.get(node, 0.0))
+            assert X[i, col["hop1"]] == pytest.approx(hop1.get(node, 0.0))
+
+
+def test_the_sql_score_equals_lightgbms_prediction_and_search_ranks_by_it(trained):
+    url, report = trained
+    assert report["chosen_rounds"] in (5, 15) and set(report["cv"]) == {"5", "15"}
+    with connect(url) as conn:
+        skb_id = conn.execute("select skb_id from stark.skb where name = %s", (SKB,)).fetchone()[0]
+        model = load(conn, skb_id, SKB, "default")
+        body = conn.execute("select body from stark.query where skb_id = %s and split = 'val' order by query_id "
+                            "limit 1", (skb_id,)).fetchone()[0]
+        ids, X = query_features(conn, SKB, body, encode_query(body), FusionSettings(), MODEL)
+        predicted = model.booster().predict(X)
+        assert np.ptp(predicted) > 0, "a model that scores every candidate alike tests nothing"
+        in_sql = [conn.execute(template("score_one", model), {"f": list(map(float, row))}).fetchone()[0] for row in X]
+        assert in_sql == pytest.approx(list(predicted), rel=1e-9, abs=1e-9)
+        ranking = get_method("fusion").search(conn, SKB, body, 10)
+        expected = sorted(range(len(ids)), key=lambda i: (-predicted[i], ids[i]))[:10]
+        assert [h.node_id for h in ranking.hits] == [ids[i] for i in expected]
+
+
+def test_train_and_search_from_the_command_line(trained):
+    from conftest import cli_runner
+
+    url, _ = trained
+    cli = cli_runner(url)
+    done = cli("train", "fusion", SKB, "--name", "cli", "--limit", "30", "--rounds", "5", "--folds", "2", "--json", "-q")
+    report = json.loads(done.stdout)
+    assert report["name"] == "cli" and report["queries"] == 30 and report["features"] > 10
+    done = cli("search", SKB, "which drugs target genes", "-m", "fusion", "-o", "name=cli", "--explain")
+    assert "feature contributions" in done.stdout
+    bad = cli("search", SKB, "drugs", "-m", "fusion", "-o", "name=nosuch", expect=1)
+    assert "run `stark-pg train fusion" in bad.stderr and "Traceback" not in bad.stderr
