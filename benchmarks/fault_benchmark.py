@@ -284,11 +284,16 @@ class Bench:
             if count:
                 found[table] = count
         live = {row[0] for row in self.sql("select skb_id from stark.skb")}
-        for (relname,) in self.sql(
-                "select c.relname from pg_class c join pg_namespace n on n.oid = c.relnamespace "
+        for relname, relkind in self.sql(
+                "select c.relname, c.relkind from pg_class c join pg_namespace n on n.oid = c.relnamespace "
                 "where n.nspname = 'stark' and c.relname ~ '__skb[0-9]+$'"):
-            if int(relname.rsplit("__skb", 1)[1]) not in live:
-                found[relname] = found.get(relname, 0) + 1
+            if int(relname.rsplit("__skb", 1)[1]) in live:
+                continue
+            # a replace empties the old edge partition (MVCC-safe) and the next load drops it: an empty
+            # one is expected; one with rows is a leftover
+            if relkind == "r" and self.one(f"select count(*) from stark.{relname}") == 0:
+                continue
+            found[relname] = found.get(relname, 0) + 1
         return found
 
     # -- checks ---------------------------------------------------------------------------------
