@@ -187,7 +187,7 @@ class DataDirectoryVersionError(EmbeddedServerError):
     """The data directory was written by another PostgreSQL major version than the one installed."""
 
 
-UPGRADE_HELP = "README, section 'Upgrading from PostgreSQL 16'"
+UPGRADE_HELP = "README: Upgrading from PostgreSQL 16"
 
 
 @functools.cache
@@ -214,7 +214,7 @@ def check_data_version(pgdata: Path) -> None:
     if found == major:
         return
     older = found.isdigit() and int(found) < int(major)
-    what = (f"dump it with the old server and reload it into a new one as the {UPGRADE_HELP} shows"
+    what = (f"dump it with PostgreSQL {found} and reload it into a new data directory ({UPGRADE_HELP})"
             if older else "use the stark-pg version that created it")
     raise DataDirectoryVersionError(
         f"{pgdata} is a PostgreSQL {found} data directory, which this stark-pg's PostgreSQL {major} cannot open "
