@@ -41,4 +41,3 @@ def test_hnsw_agrees_with_exact_search(ibd_indexed_url):
                                                 "exact => true)", (vector,))}
             overlap += len(approx & exact)
     assert overlap / (10 * len(queries)) >= 0.95
-
