@@ -4,13 +4,16 @@ pgserver initialises clusters with `trust` authentication, and when the data dir
 long for a Unix socket it puts the socket in a world-writable directory under /tmp: any local user
 could then connect as superuser (and run commands as the server through COPY ... TO PROGRAM).
 stark_pg.db.embedded rewrites the authentication rules at every start to peer authentication mapped
-to our OS user only. Checked with the OS user `nobody`, which needs root to switch to.
+to our OS user only, and makes the socket's directory 0700, owned by the server's OS user (else any
+local user could delete the socket in that world-writable directory and listen in its place). Checked
+with the OS user `nobody`, which needs root to switch to.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
@@ -43,7 +46,15 @@ def test_another_os_user_cannot_connect_even_when_the_socket_is_in_tmp(tmp_path,
         assert not socket_dir.startswith(str(home))               # the case of the hole: the socket is elsewhere
         with psycopg.connect(server.uri) as mine:                 # the owner still connects
             assert mine.execute("select 1").fetchone() == (1,)
+        info = Path(socket_dir).stat()                           # the directory is the server user's alone
+        assert stat.S_IMODE(info.st_mode) == 0o700 and info.st_uid == (home / "pgdata").stat().st_uid
         other = psql_as_nobody(server.uri)
+        assert other.returncode != 0 and "Permission denied" in other.stderr, other.stdout + other.stderr
+        Path(socket_dir).chmod(0o711)                             # and were it reachable, peer authentication
+        try:                                                      # would still refuse another OS user
+            other = psql_as_nobody(server.uri)
+        finally:
+            Path(socket_dir).chmod(0o700)
         assert other.returncode != 0 and "Peer authentication failed" in other.stderr, other.stdout + other.stderr
         hba = (home / "pgdata" / "pg_hba.conf").read_text()
         assert "trust" not in hba.replace("# ", "") and "peer map=stark" in hba

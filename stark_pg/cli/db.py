@@ -15,9 +15,12 @@ app = typer.Typer(help="The PostgreSQL database stark-pg uses: status, URL, psql
 
 @app.command()
 def status(ctx: typer.Context, json_: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
-    """Where the database is, its PostgreSQL and pgvector versions, schema revision and loaded SKBs."""
+    """Where the database is, its PostgreSQL and pgvector versions, the extensions stark-pg can use
+    (vector required; pg_textsearch, vectorscale optional: on the server, installed here), schema
+    revision and loaded SKBs."""
     from stark_pg.db import embedded
     from stark_pg.db.connection import redact_dsn, resolve_dsn
+    from stark_pg.db.extensions import extensions
     from stark_pg.db.migrate import current_revision, head_revision
     from stark_pg.skb.catalog import all_skb_names
 
@@ -26,16 +29,19 @@ def status(ctx: typer.Context, json_: bool = typer.Option(False, "--json", help=
     with ctx_.connect() as conn:
         server = conn.execute("show server_version").fetchone()[0]
         vector = conn.execute("select extversion from pg_extension where extname = 'vector'").fetchone()[0]
+        found = extensions(conn)
         skbs = all_skb_names(conn)
     info = {
         "embedded": ctx_.dsn is None, "url": redact_dsn(url),
         "pgdata": str(embedded.pgdata_dir()) if ctx_.dsn is None else None,
         "postgresql": server, "pgvector": vector,
+        "extensions": {ext.name: ext.as_dict() for ext in found},
         "schema_revision": current_revision(url), "head_revision": head_revision(), "skbs": skbs,
     }
     if json_:
         print_json(info)
         return
+    info["extensions"] = [ext.describe() for ext in found]
     for key, value in info.items():
         out.print(f"[bold]{key:>16}[/]  {', '.join(value) if isinstance(value, list) else value}", highlight=False)
 

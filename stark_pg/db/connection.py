@@ -29,6 +29,8 @@ def resolve_dsn(dsn: str | None = None) -> str:
 
     try:
         return embedded.start().uri
+    except embedded.DataDirectoryVersionError as exc:   # already one line naming the directory and what to do
+        raise DatabaseError(str(exc)) from exc
     except (OSError, subprocess.SubprocessError, RuntimeError) as exc:   # pg_ctl failed, timed out, port taken...
         raise DatabaseError(f"the embedded PostgreSQL server in {embedded.pgdata_dir()} did not start: {exc} "
                             "(see its log there; or pass --dsn to use another server)") from exc

