@@ -17,7 +17,7 @@ app = typer.Typer(
     name="stark-pg",
     help=(
         "Retrieval over semi-structured knowledge bases (STaRK) inside PostgreSQL.\n\n"
-        "With no --dsn (and no STARK_PG_DSN), stark-pg starts its own embedded PostgreSQL 16 with "
+        "With no --dsn (and no STARK_PG_DSN), stark-pg starts its own embedded PostgreSQL 18 with "
         "pgvector in STARK_PG_HOME (default: your user data directory) and keeps it running between "
         "commands; `stark-pg db stop` stops it."
     ),
