@@ -342,6 +342,10 @@ FUNCTIONS = {
               "float8", "float8"],
              [names, texts, vectors, models, field_arrays, scorer_arrays, float_arrays, float_arrays, float_arrays,
               ints, ints, floats, floats]),
+    "fusion_pairs": (["text", "text"], [names, models]),
+    "fusion_feature_names": (["text", "text"], [names, models]),
+    "fusion_features": (["text", "text", "vector", "text", "int", "int", "int", "bigint[]"],
+                        [names, texts, vectors, models, ints, ints, ints, id_arrays]),
 }
 
 
