@@ -26,7 +26,7 @@ from stark_pg.eval.query_sets import from_split
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve.focus.answer_type import embed_split
 from stark_pg.skb.catalog import require_skb
-from stark_pg.train.fusion import FusionSettings, query_features
+from stark_pg.train.fusion import FusionSettings, lightgbm_params, query_features, ranked_by
 
 GROUPS = {
     "lexical (BM25 per field)": lambda n: n.endswith("|lexical") or n.endswith("|lexical|norm"),
@@ -71,10 +71,7 @@ def main() -> None:
     if cached:
         cached.write_bytes(pickle.dumps(data))
     print(f"features of {sum(map(len, data.values()))} queries in {time.perf_counter() - started:.0f} s", flush=True)
-    params = {"objective": "lambdarank", "metric": "ndcg", "learning_rate": settings.learning_rate,
-              "num_leaves": settings.leaves, "min_data_in_leaf": settings.min_data_in_leaf, "feature_fraction": 0.8,
-              "bagging_fraction": 0.8, "bagging_freq": 1, "lambdarank_truncation_level": 20, "verbose": -1,
-              "seed": settings.seed, "num_threads": 2, "deterministic": True, "force_row_wise": True}
+    params = lightgbm_params(settings)
 
     def fit(rows, keep, rounds):
         rows = [r for r in rows if len(r[1])]
@@ -85,8 +82,7 @@ def main() -> None:
     def score(booster, rows, keep):
         out = {"hit@1": [], "hit@5": [], "recall@20": [], "mrr": []}
         for q, ids, X, _ in rows:
-            s = booster.predict(X[:, keep]) if len(ids) else []
-            ranked = [ids[i] for i in sorted(range(len(ids)), key=lambda i: (-s[i], ids[i]))]
+            ranked = ranked_by(ids, booster.predict(X[:, keep])) if len(ids) else []
             values = metrics.evaluate(ranked, q.answer_ids)
             for m in out:
                 out[m].append(values[m])

@@ -6,6 +6,7 @@ In a source checkout (and an editable install) they are the top-level `sql/` and
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from pathlib import Path
 
@@ -30,6 +31,14 @@ def migrations_dir() -> Path:
 def sql_text(relative: str) -> str:
     """The text of one file under `sql/`, e.g. `sql_text("schema/0001_core.sql")`."""
     return (sql_dir() / relative).read_text(encoding="utf-8")
+
+
+@cache
+def template_sections(relative: str) -> dict[str, str]:
+    """The sections of a file under `sql/templates/`, by the name on their `-- name:` line: SQL whose
+    identifiers or expressions differ per model, filled in with psycopg.sql by the caller."""
+    parts = re.split(r"^-- name: (\w+)[^\n]*\n", sql_text(f"templates/{relative}"), flags=re.M)
+    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2])}
 
 
 @cache

@@ -20,18 +20,16 @@ Why it is built this way:
 from __future__ import annotations
 
 import json
-import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cache
 
 import psycopg
 from psycopg import sql as pgsql
 
 from stark_pg import embed
 from stark_pg.progress import NullReporter, Reporter
-from stark_pg.resources import queries, sql_text
+from stark_pg.resources import queries, template_sections
 from stark_pg.skb.catalog import require_skb
 from stark_pg.skb.locks import skb_name_locked
 
@@ -50,14 +48,6 @@ class ModelTables:
     chunk_table: str
 
 
-@cache
-def _templates() -> dict[str, str]:
-    """The sections of sql/templates/dense.sql, by the name on their `-- name:` line."""
-    text = sql_text("templates/dense.sql")
-    parts = re.split(r"^-- name: (\w+)[^\n]*\n", text, flags=re.M)
-    return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2])}
-
-
 def statement(name: str, model: ModelTables, **literals) -> pgsql.Composed:
     """A template section with the model's table names (and any literals, e.g. skb) filled in."""
     values = {"doc": pgsql.Identifier("stark", model.doc_table),
@@ -65,7 +55,7 @@ def statement(name: str, model: ModelTables, **literals) -> pgsql.Composed:
               "dim": pgsql.Literal(model.dim)}
     for key, value in literals.items():
         values[key] = value if isinstance(value, pgsql.Composable) else pgsql.Literal(value)
-    return pgsql.SQL(_templates()[name]).format(**values)
+    return pgsql.SQL(template_sections("dense.sql")[name]).format(**values)
 
 
 def hnsw_index_name(table: str, skb_id: int) -> str:

@@ -8,7 +8,6 @@ to the top results' scores (LightGBM's SHAP values, from the stored model).
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
 
@@ -17,7 +16,7 @@ import psycopg
 from psycopg import sql as pgsql
 
 from stark_pg.embed import encode_query
-from stark_pg.resources import sql_text
+from stark_pg.resources import template_sections
 from stark_pg.retrieve import Hit, Ranking
 from stark_pg.skb.catalog import require_skb
 from stark_pg.train.fusion_model import FusionModel, load
@@ -33,9 +32,7 @@ class Options:
 
 def template(name: str, model: FusionModel) -> pgsql.Composed:
     """A section of sql/templates/fusion.sql with the model's compiled score in place of {score}."""
-    parts = re.split(r"^-- name: (\w+)[^\n]*\n", sql_text("templates/fusion.sql"), flags=re.M)
-    body = dict(zip(parts[1::2], parts[2::2]))[name].strip()
-    return pgsql.SQL(body).format(score=pgsql.SQL(model.score_sql))
+    return pgsql.SQL(template_sections("fusion.sql")[name]).format(score=pgsql.SQL(model.score_sql))
 
 
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:

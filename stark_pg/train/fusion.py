@@ -81,11 +81,7 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
             data.append(QueryFeatures(query.query_id, node_ids, X, np.array([n in answers for n in node_ids], float)))
             stage.advance()
     featured = time.perf_counter()
-    params = {"objective": "lambdarank", "metric": "ndcg", "learning_rate": settings.learning_rate,
-              "num_leaves": settings.leaves, "min_data_in_leaf": settings.min_data_in_leaf,
-              "feature_fraction": 0.8, "bagging_fraction": 0.8, "bagging_freq": 1,
-              "lambdarank_truncation_level": 20, "verbose": -1, "seed": settings.seed, "num_threads": 2,
-              "deterministic": True, "force_row_wise": True}
+    params = lightgbm_params(settings)
 
     def fit(part: list[QueryFeatures], rounds: int):
         usable = [q for q in part if len(q.node_ids)]
@@ -118,12 +114,24 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
             "feature_seconds": round(featured - started, 1), "seconds": round(time.perf_counter() - started, 1)}
 
 
+def lightgbm_params(settings: FusionSettings) -> dict:
+    """LightGBM's settings for a fusion model (also what benchmarks/fusion_ablation.py fits with)."""
+    return {"objective": "lambdarank", "metric": "ndcg", "learning_rate": settings.learning_rate,
+            "num_leaves": settings.leaves, "min_data_in_leaf": settings.min_data_in_leaf,
+            "feature_fraction": 0.8, "bagging_fraction": 0.8, "bagging_freq": 1,
+            "lambdarank_truncation_level": 20, "verbose": -1, "seed": settings.seed, "num_threads": 2,
+            "deterministic": True, "force_row_wise": True}
+
+
+def ranked_by(node_ids: list[int], scores) -> list[int]:
+    """The candidates best first, ties by node id: the order the SQL's `order by score desc, node_id` gives."""
+    return [node_ids[i] for i in sorted(range(len(node_ids)), key=lambda i: (-scores[i], node_ids[i]))]
+
+
 def _query_metrics(booster, q: QueryFeatures, answer_ids: list[int]) -> dict:
     if not q.node_ids:
         return {"hit@1": 0.0, "mrr": 0.0}
-    scores = booster.predict(q.X)
-    ranked = [q.node_ids[i] for i in sorted(range(len(scores)), key=lambda i: (-scores[i], q.node_ids[i]))]
-    values = metrics.evaluate(ranked, answer_ids)
+    values = metrics.evaluate(ranked_by(q.node_ids, booster.predict(q.X)), answer_ids)
     return {"hit@1": values["hit@1"], "mrr": values["mrr"]}
 
 
