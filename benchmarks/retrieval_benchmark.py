@@ -1,5 +1,7 @@
 """Per-query latency of BM25, VSS, multi-VSS and hybrid on an indexed SKB, with yardsticks measured in
 the same run on the same data: bm25s (fed PostgreSQL's own tokens) and a numpy brute-force search.
+BM25 is measured through both engines where the SKB has a pg_textsearch index (the index and the exact
+SQL), with the overlap of their top k.
 
     # the real slice, after `stark-pg index stark-prime-ibd`
     python benchmarks/retrieval_benchmark.py stark-prime-ibd
@@ -65,10 +67,22 @@ def query_texts(conn, skb_id: int, n: int) -> list[str]:
     return texts
 
 
-def bm25_sql(conn, skb_id: int, texts: list[str], k: int) -> dict:
-    ms, _ = timed(lambda t: list(sql().bm25_top(conn, skb_id=skb_id, scope="*", query=t, k1=1.2, b=0.75, k=k)),
-                  texts)
-    return percentiles(ms)
+def bm25_sql(conn, skb_id: int, texts: list[str], k: int, engine: str) -> tuple[dict, list]:
+    """BM25 through one engine: pg_textsearch's index (`textsearch`) or the exact SQL (`sql`)."""
+    ms, results = timed(lambda t: [r[0] for r in sql().bm25_top(conn, skb_id=skb_id, scope="*", query=t, k1=1.2,
+                                                                b=0.75, k=k, engine=engine)], texts)
+    return percentiles(ms), results
+
+
+def bm25_engines(conn, skb_id: int, texts: list[str], k: int) -> dict:
+    """Both engines on the same queries, and how alike their top k are."""
+    report = {}
+    report["bm25_sql"], exact = bm25_sql(conn, skb_id, texts, k, "sql")
+    if sql().bm25_engine(conn, skb_id=skb_id, scope="*", engine="auto", k1=1.2, b=0.75) == "textsearch":
+        report["bm25_textsearch"], indexed = bm25_sql(conn, skb_id, texts, k, "textsearch")
+        report["bm25_textsearch"]["top_k_overlap_with_sql"] = round(float(np.mean(
+            [len(set(a) & set(b)) / max(len(a), 1) for a, b in zip(exact, indexed)])), 4)
+    return report
 
 
 def bm25s_yardstick(conn, skb_id: int, texts: list[str], k: int) -> dict:
@@ -185,7 +199,7 @@ def main() -> None:
         report["nodes"] = sql().count_nodes(conn, skb_id=skb_id)
         texts = query_texts(conn, skb_id, args.queries)
         if "bm25" in methods:
-            report["bm25_sql"] = bm25_sql(conn, skb_id, texts, args.k)
+            report |= bm25_engines(conn, skb_id, texts, args.k)
             if not args.no_yardsticks:
                 report["bm25s"] = bm25s_yardstick(conn, skb_id, texts, args.k)
         if args.random_vectors:

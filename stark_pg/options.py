@@ -28,7 +28,8 @@ def parse_options(options_class, pairs: list[str] | None):
 
 def _checked(options_class, key: str, value, pair: str):
     """Every method's numbers must be finite (nan or inf only turn into NaN scores), and within the
-    bounds its Options class declares in an optional `LIMITS = {name: (low, high)}` class attribute."""
+    bounds its Options class declares in an optional `LIMITS = {name: (low, high)}` class attribute;
+    a text option one of the values its optional `CHOICES = {name: (value, ...)}` lists."""
     if isinstance(value, float) and not math.isfinite(value):
         raise OptionError(f"--option {pair!r}: must be a finite number")
     if isinstance(value, int) and not isinstance(value, bool) and not INT_MIN <= value <= INT_MAX:
@@ -36,6 +37,9 @@ def _checked(options_class, key: str, value, pair: str):
     low, high = getattr(options_class, "LIMITS", {}).get(key, (None, None))
     if value is not None and ((low is not None and value < low) or (high is not None and value > high)):
         raise OptionError(f"--option {pair!r}: must be between {low} and {high}")
+    choices = getattr(options_class, "CHOICES", {}).get(key)
+    if choices is not None and value not in choices:
+        raise OptionError(f"--option {pair!r}: must be one of {', '.join(choices)}")
     return value
 
 

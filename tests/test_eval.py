@@ -113,3 +113,18 @@ def test_unknown_methods_and_options_are_clear_errors(cli, indexed):
     assert "unknown method 'bm26'" in cli("eval", "stark-prime-ibd", "-m", "bm26", expect=1).stderr
     assert "none of bm25 has a setting 'fusion'" in cli("eval", "stark-prime-ibd", "-m", "bm25", "-o", "fusion=rrf",
                                                          expect=1).stderr
+
+
+def test_a_held_out_share_is_seeded_disjoint_and_independent_of_order():
+    from stark_pg.eval.query_sets import EvalQuery, QuerySet, hold_out
+
+    queries = [EvalQuery(i, f"q{i}", [i]) for i in range(50)]
+    rest, held = hold_out(QuerySet("split:train", "train", queries), 0.2, seed=3)
+    assert len(held.queries) == 10 and len(rest.queries) == 40 and held.split == "holdout"
+    assert {q.query_id for q in rest.queries}.isdisjoint(q.query_id for q in held.queries)
+    again = hold_out(QuerySet("split:train", "train", list(reversed(queries))), 0.2, seed=3)[1]
+    assert [q.query_id for q in again.queries] == [q.query_id for q in held.queries]
+    other = hold_out(QuerySet("split:train", "train", queries), 0.2, seed=4)[1]
+    assert [q.query_id for q in other.queries] != [q.query_id for q in held.queries]
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        hold_out(QuerySet("split:train", "train", queries), 1.0)

@@ -74,6 +74,9 @@ def expected_value(options_class, key: str, raw: str):
     low, high = getattr(options_class, "LIMITS", {}).get(key, (None, None))
     if value is not _FAIL and ((low is not None and value < low) or (high is not None and value > high)):
         return _FAIL
+    choices = getattr(options_class, "CHOICES", {}).get(key)
+    if value is not _FAIL and choices is not None and value not in choices:
+        return _FAIL
     return value
 
 
@@ -81,7 +84,7 @@ NUMBERS = ["0", "1", "-1", "+5", " 7 ", "1.5", ".5", "5.", "1e3", "1E-3", "-0", 
            "2147483648", "-2147483649", "9" * 30, "1" * 5000, "nan", "NaN", "inf", "-inf", "Infinity", "1e308",
            "1e309", "-1e309", "1e-400", "1_0", "1_000.5", "\u0661\u0662", "\uff19", "\u00b9", "0x10", "1,5", "",
            "true", "False", "YES", "no", "none", "Null", " ", "\t1\n", "\u20037\u2003"]
-TEXTS = ["bm25", "vss", "hybrid", "rrf", "weighted", "max", "mean", "description", "name", "all-MiniLM-L6-v2",
+TEXTS = ["bm25", "vss", "hybrid", "auto", "sql", "textsearch", "rrf", "weighted", "max", "mean", "description", "name", "all-MiniLM-L6-v2",
          "a\x00b", "\x00", "\udcff", "x\ud800y", "é", "a=b", "=", "--"]
 
 
@@ -295,6 +298,8 @@ problems = st.one_of(
                                  st.sampled_from(["ppi", "target", "nope", None]), ends), max_size=4)),
     json_values)
 
+engines = st.sampled_from(["auto", "textsearch", "sql", "lucene", None])
+
 # name: (SQL types of the arguments, their strategies); leaving out the writers (lex_refresh; skb.sql's
 # delete_skb_rows, create_edge_partition, attach_edge_partition) and the composite-typed 4StepFocus internals
 FUNCTIONS = {
@@ -303,7 +308,13 @@ FUNCTIONS = {
     "require_scope": (["text", "text"], [names, scopes]),
     "neighbors": (["text", "bigint", "text", "int"],
                   [names, nodes, st.sampled_from(["ppi", "target", None, ""]), ints]),
-    "bm25": (["text", "text", "int", "text", "float8", "float8"], [names, texts, ints, scopes, floats, floats]),
+    "bm25": (["text", "text", "int", "text", "float8", "float8", "text"],
+             [names, texts, ints, scopes, floats, floats, engines]),
+    "bm25_top": (["int", "text", "text", "int", "float8", "float8", "text"],
+                 [skb_ids, scopes, texts, ints, floats, floats, engines]),
+    "bm25_engine": (["int", "text", "text", "float8", "float8"], [skb_ids, scopes, engines, floats, floats]),
+    "bm25_table": (["int", "text"], [skb_ids, scopes]),
+    "bm25_index": (["int", "text"], [skb_ids, scopes]),
     "bm25_scores": (["int", "text", "text", "float8", "float8"], [skb_ids, scopes, texts, floats, floats]),
     "query_terms": (["text"], [texts]),
     "scope_texts": (["int", "text"], [skb_ids, scopes]),
@@ -352,7 +363,7 @@ FUNCTIONS = {
 def test_every_function_of_the_sql_api_is_exercised(api):
     """A new function in the schema `stark` gets generated arguments too (or a reason to be left out)."""
     left_out = {"lex_refresh", "delete_skb_rows", "create_edge_partition", "attach_edge_partition",
-                "focus_domain_source", "focus_revise_sql", "carry_over_skb", "drop_orphan_tables"}   # these write
+                "focus_domain_source", "focus_revise_sql", "carry_over_skb", "drop_orphan_tables", "drop_bm25_tables"}   # these write
     defined = {r[0] for r in api.execute("select proname from pg_proc where pronamespace = 'stark'::regnamespace")}
     assert defined - left_out - set(FUNCTIONS) == set()
 

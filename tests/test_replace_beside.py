@@ -86,8 +86,12 @@ def test_a_replace_keeps_derived_data_and_refreshes_only_what_changed(conn):
         assert conn.execute(f"select count(*) from stark.{table} where skb_id = %s", (old_id,)).fetchone()[0] == 0
     def left():
         return {r[0] for r in conn.execute("select relname from pg_class where relname like %s", (f"%\\_\\_skb{old_id}",))}
-    # its edge partition is emptied (MVCC: older snapshots still read its rows) and dropped by the next load
-    assert left() == {f"edge__skb{old_id}"}
+    # its edge partition and its pg_textsearch tables are emptied (MVCC: older snapshots still read
+    # their rows) and dropped by the next load
+    text_tables = {t for t in left() if t.startswith("lexbm25_")}
+    assert left() - text_tables == {f"edge__skb{old_id}"} and len(text_tables) == 3     # *, name, description
+    for table in text_tables:
+        assert conn.execute(f"select count(*) from stark.{table}").fetchone()[0] == 0
     assert conn.execute("select count(*) from stark.edge where skb_id = %s", (old_id,)).fetchone()[0] == 0
     # the history moved with the name
     assert conn.execute("select count(*) from stark.eval_run r join stark.skb s using (skb_id) "
@@ -95,6 +99,10 @@ def test_a_replace_keeps_derived_data_and_refreshes_only_what_changed(conn):
 
     report = refresh_indexes(conn, "s", carried_indexes(summary.carried))
     assert report["lexical"]["reindexed"]["*"] == 1           # only the edited node is re-tokenised
+    # the new version's pg_textsearch tables are built whole, and find the edited text
+    assert report["lexical"]["engine"] == "textsearch"
+    assert [r[0] for r in conn.execute("select node_id from stark.bm25('s', %s, 1, engine => 'textsearch')",
+                                       (NEW_TEXT,))] == [CHANGED_NODE]
     assert report["dense"][0]["documents"]["embedded"] == 1   # and re-embedded
     assert report["dense"][0]["indexes_built"], "the HNSW index of the new version is built"
     after_vectors = dict(conn.execute(

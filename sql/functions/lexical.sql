@@ -27,14 +27,36 @@ language sql stable as $$
       and f.skb_id = skb and f.field = target_scope
 $$;
 
+-- pg_textsearch (a BM25 index access method) keeps one set of corpus statistics per index, and
+-- ignores a partial index's predicate (checked with 1.0.0: a `where scope = 'name'` index counted
+-- every row of the table), so each (SKB, scope) gets a table of its own: stark.lexbm25_<hash>__skb<id>,
+-- named after a hash of the scope (field names are free text) and following the `__skb<id>` convention
+-- by which dropping or replacing an SKB drops its per-SKB tables (sql/functions/skb.sql).
+create or replace function stark.bm25_table(skb int, scope text) returns text
+language sql immutable parallel safe as $$
+    select 'lexbm25_' || left(md5(scope), 12) || '__skb' || skb
+$$;
+comment on function stark.bm25_table(int, text) is
+    'The name (in schema stark) of the pg_textsearch table of one lexical scope of an SKB.';
+
+create or replace function stark.bm25_index(skb int, scope text) returns text
+language sql immutable parallel safe as $$
+    select 'lexbm25i_' || left(md5(scope), 12) || '__skb' || skb
+$$;
+comment on function stark.bm25_index(int, text) is
+    'The name (in schema stark) of the pg_textsearch BM25 index over stark.bm25_table(skb, scope).';
+
 -- Bring one scope's postings up to date: re-tokenise documents that are new or whose text changed,
 -- remove documents that are gone, then recompute the scope's statistics. Returns the number of
 -- documents (re)indexed, so a second run on unchanged data returns 0.
-create or replace function stark.lex_refresh(skb int, target_scope text)
+drop function if exists stark.lex_refresh(int, text);
+create or replace function stark.lex_refresh(skb int, target_scope text, textsearch boolean default null)
 returns int
 language plpgsql as $$
 declare
     changed int;
+    tbl text := stark.bm25_table(skb, target_scope);
+    idx text := stark.bm25_index(skb, target_scope);
 begin
     create temp table lex_current on commit drop as
         select t.node_id, t.body, md5(t.body) as doc_hash from stark.scope_texts(skb, target_scope) t;
@@ -85,12 +107,49 @@ begin
         select skb, target_scope, count(*), coalesce(sum(len), 0)
         from stark.lex_doc where skb_id = skb and scope = target_scope;
 
+    -- the scope's pg_textsearch table: kept in step once it exists; built (bulk insert, then the
+    -- index, which is much faster than indexing row by row) when asked, or by default when this
+    -- database has the extension. pg_textsearch maintains its index on insert and delete.
+    if to_regclass(format('stark.%I', tbl)) is not null then
+        execute format('delete from stark.%I t using lex_stale s where t.node_id = s.node_id', tbl);
+        execute format('insert into stark.%I (node_id, doc_hash, body) select node_id, doc_hash, body from lex_todo', tbl);
+    elsif coalesce(textsearch, exists (select 1 from pg_extension where extname = 'pg_textsearch')) then
+        execute format('create table stark.%I (node_id bigint primary key, doc_hash text not null, body text not null)', tbl);
+        execute format('comment on table stark.%I is %L', tbl,
+                       format('pg_textsearch BM25 documents of SKB %s, scope %s (kept by stark.lex_refresh)', skb, target_scope));
+        execute format('insert into stark.%I (node_id, doc_hash, body) select node_id, doc_hash, body from lex_current', tbl);
+        execute format('create index %I on stark.%I using bm25 (body) with (text_config = ''english'', k1 = 1.2, b = 0.75)',
+                       idx, tbl);
+    end if;
+
     drop table lex_current, lex_stale, lex_todo, lex_terms, lex_touched;
     return changed;
 end
 $$;
-comment on function stark.lex_refresh(int, text) is
-    'Re-indexes the new or changed documents of one lexical scope of an SKB and refreshes its statistics.';
+comment on function stark.lex_refresh(int, text, boolean) is
+    'Re-indexes the new or changed documents of one lexical scope of an SKB and refreshes its statistics (and its pg_textsearch index).';
+
+-- Drops the pg_textsearch tables of an SKB's scopes other than `keep` (all of them for an empty
+-- array): scopes no longer indexed, or the whole engine turned off (`stark-pg index --no-textsearch`).
+create or replace function stark.drop_bm25_tables(skb int, keep text[] default '{}') returns int
+language plpgsql as $$
+declare
+    tbl record;
+    dropped int := 0;
+begin
+    for tbl in
+        select c.relname from pg_class c join pg_namespace ns on ns.oid = c.relnamespace
+        where ns.nspname = 'stark' and c.relkind = 'r' and c.relname like 'lexbm25\_%\_\_skb' || skb
+          and c.relname <> all (select stark.bm25_table(skb, s) from unnest(coalesce(keep, '{}')) s)
+    loop
+        execute format('drop table stark.%I', tbl.relname);
+        dropped := dropped + 1;
+    end loop;
+    return dropped;
+end
+$$;
+comment on function stark.drop_bm25_tables(int, text[]) is
+    'Drops the pg_textsearch tables of an SKB''s lexical scopes other than those kept.';
 
 -- The lexemes of a query, with multiplicity: a term typed twice counts twice, as in Lucene's BM25
 -- (and bm25s) where the score sums over the query's tokens.
@@ -150,14 +209,90 @@ $$;
 comment on function stark.require_scope(text, text) is
     'The numeric key of the named SKB if its lexical index covers the scope (''*'', ''name'', a field); an error otherwise.';
 
+-- The BM25 engine a ranked search uses: 'textsearch' (the scope's pg_textsearch index: block-max WAND
+-- skips to the postings that can still enter the top k) or 'sql' (stark.bm25_scores: exact, every
+-- posting of every query term). 'auto' takes the index when the scope has one built with the
+-- requested k1 and b (they are index settings in pg_textsearch), the SQL engine otherwise.
+create or replace function stark.bm25_engine(skb int, scope text, engine text default 'auto',
+                                             k1 double precision default 1.2, b double precision default 0.75)
+returns text
+language plpgsql stable as $$
+declare
+    idx regclass := to_regclass(format('stark.%I', stark.bm25_index(skb, scope)));
+    settings text[];
+    fits boolean;
+begin
+    if engine is null or engine not in ('auto', 'textsearch', 'sql') then
+        raise exception 'unknown BM25 engine %', coalesce(quote_literal(engine), 'NULL')
+            using errcode = 'invalid_parameter_value', hint = 'engines: auto, textsearch, sql';
+    end if;
+    if engine = 'sql' then
+        return 'sql';
+    end if;
+    if idx is not null then
+        select c.reloptions into settings from pg_class c where c.oid = idx;
+        fits := abs(k1 - coalesce((select split_part(o, '=', 2)::float8 from unnest(settings) o where o like 'k1=%'), 1.2)) < 1e-9
+            and abs(b - coalesce((select split_part(o, '=', 2)::float8 from unnest(settings) o where o like 'b=%'), 0.75)) < 1e-9;
+        if fits then
+            return 'textsearch';
+        end if;
+    end if;
+    if engine = 'auto' then
+        return 'sql';
+    end if;
+    if idx is null then
+        raise exception 'scope % of SKB % has no pg_textsearch index', quote_literal(scope), skb
+            using errcode = 'invalid_parameter_value',
+                  hint = 'run `stark-pg index` on a server with pg_textsearch, or use engine sql';
+    end if;
+    raise exception 'the pg_textsearch index of scope % was built with %, not k1=% b=%', quote_literal(scope),
+        array_to_string(settings, ' '), k1, b
+        using errcode = 'invalid_parameter_value', hint = 'use engine sql (or auto) for other k1 and b';
+end
+$$;
+comment on function stark.bm25_engine(int, text, text, double precision, double precision) is
+    'Which BM25 engine (textsearch or sql) a ranked search of one scope uses for the requested engine, k1 and b.';
+
+-- Top k of one scope by BM25 with the engine stark.bm25_engine picks. pg_textsearch's scores are
+-- negative (its operator sorts ascending) and include Okapi's (k1 + 1): both are undone, so the two
+-- engines give scores on one scale (they differ in the last digits: pg_textsearch stores document
+-- lengths compressed). A bound query text must go through to_bm25query(text, index): `body <@> $1`
+-- cannot find its index.
+create or replace function stark.bm25_top(skb int, target_scope text, query text, k int default 10,
+                                          k1 double precision default 1.2, b double precision default 0.75,
+                                          engine text default 'auto')
+returns table (node_id bigint, score double precision)
+language plpgsql stable as $$
+begin
+    if k is null or k < 0 then
+        raise exception 'k must be a non-negative integer, not %', coalesce(k::text, 'NULL')
+            using errcode = 'invalid_parameter_value';
+    end if;
+    if stark.bm25_engine(skb, target_scope, engine, k1, b) = 'sql' then
+        return query select s.node_id, s.score from stark.bm25_scores(skb, target_scope, query, k1, b) s
+                     order by s.score desc, s.node_id limit k;
+        return;
+    end if;
+    return query execute format(
+        'select r.node_id, r.score from (
+             select t.node_id, -(t.body <@> to_bm25query($1, %1$L)) / %3$s as score
+             from stark.%2$I t order by t.body <@> to_bm25query($1, %1$L) limit $2) r
+         where r.score > 0 order by r.score desc, r.node_id',
+        'stark.' || stark.bm25_index(skb, target_scope), stark.bm25_table(skb, target_scope), k1 + 1)
+        using query, k;
+end
+$$;
+comment on function stark.bm25_top(int, text, text, int, double precision, double precision, text) is
+    'Top-k nodes of one lexical scope (by skb_id) by BM25, through pg_textsearch or the SQL engine (see stark.bm25_engine).';
+
+drop function if exists stark.bm25(text, text, int, text, double precision, double precision);
 create or replace function stark.bm25(skb_name text, query text, k int default 10, field text default null,
-                                      k1 double precision default 1.2, b double precision default 0.75)
+                                      k1 double precision default 1.2, b double precision default 0.75,
+                                      engine text default 'auto')
 returns table (node_id bigint, score double precision)
 language sql stable as $$
     select s.node_id, s.score
-    from stark.bm25_scores(stark.require_scope(skb_name, coalesce(field, '*')), coalesce(field, '*'), query, k1, b) s
-    order by s.score desc, s.node_id
-    limit k
+    from stark.bm25_top(stark.require_scope(skb_name, coalesce(field, '*')), coalesce(field, '*'), query, k, k1, b, engine) s
 $$;
-comment on function stark.bm25(text, text, int, text, double precision, double precision) is
-    'Top-k nodes of the named SKB by BM25 over whole documents, or over one field (''name'' or a text field).';
+comment on function stark.bm25(text, text, int, text, double precision, double precision, text) is
+    'Top-k nodes of the named SKB by BM25 over whole documents, or over one field (''name'' or a text field); engine auto, textsearch or sql.';

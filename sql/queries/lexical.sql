@@ -15,8 +15,15 @@ where not starts_with(w.scope, 'relation:')
    or exists (select 1 from stark.edge e where e.skb_id = :skb_id and e.relation = substr(w.scope, 10))
 order by 1;
 
--- name: refresh_scope(skb_id, scope)$
-select stark.lex_refresh(:skb_id, :scope);
+-- name: refresh_scope(skb_id, scope, textsearch)$
+-- textsearch: true builds the scope's pg_textsearch index, null builds it when the extension is here.
+select stark.lex_refresh(:skb_id, :scope, :textsearch);
+
+-- name: drop_bm25_tables(skb_id, keep)$
+select stark.drop_bm25_tables(:skb_id, :keep);
+
+-- name: bm25_engine(skb_id, scope, engine, k1, b)$
+select stark.bm25_engine(:skb_id, :scope, :engine, :k1, :b);
 
 -- name: drop_other_scopes(skb_id, scopes)!
 delete from stark.lex_posting where skb_id = :skb_id and not (scope = any(:scopes));
@@ -31,9 +38,8 @@ delete from stark.lex_stats where skb_id = :skb_id and not (scope = any(:scopes)
 -- The scopes of an SKB that have a lexical index (so a search can tell "unknown field" from "not indexed").
 select scope, n_docs, total_len from stark.lex_stats where skb_id = :skb_id order by scope;
 
--- name: bm25_top(skb_id, scope, query, k1, b, k)
-select node_id, score from stark.bm25_scores(:skb_id, :scope, :query, :k1, :b)
-order by score desc, node_id limit :k;
+-- name: bm25_top(skb_id, scope, query, k1, b, k, engine)
+select node_id, score from stark.bm25_top(:skb_id, :scope, :query, :k, :k1, :b, :engine);
 
 -- name: drop_other_scope_terms(skb_id, scopes)!
 delete from stark.lex_term where skb_id = :skb_id and not (scope = any(:scopes));

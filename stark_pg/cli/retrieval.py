@@ -27,6 +27,10 @@ def index(
     relation_fields: bool = typer.Option(False, "--relation-fields",
                                          help="Also BM25-index the type and, per relation, the neighbours' names "
                                               "(mFAR's fields; kept up to date by later builds)."),
+    textsearch: bool = typer.Option(None, "--textsearch/--no-textsearch",
+                                    help="BM25 indexes of pg_textsearch, which `bm25` searches by default "
+                                         "[default: where the server has the extension]; --no-textsearch "
+                                         "drops them (BM25 then runs as exact SQL).", show_default=False),
     json_: bool = typer.Option(False, "--json", help="Print what was (re)built as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -42,7 +46,8 @@ def index(
             from stark_pg.index.lexical import build_lexical, relation_scopes
 
             extra = relation_scopes(conn, name) if relation_fields else None
-            report["lexical"] = build_lexical(conn, name, progress=progress, extra_scopes=extra)
+            report["lexical"] = build_lexical(conn, name, progress=progress, extra_scopes=extra,
+                                              textsearch=textsearch)
         if dense:
             from stark_pg.index.dense import build_dense
 
@@ -52,7 +57,10 @@ def index(
         return
     if "lexical" in report:
         done = report["lexical"]["reindexed"]
-        out.print(f"lexical: {len(done)} scopes, {sum(done.values()):,} documents (re)indexed "
+        if report["lexical"].get("notice"):
+            out.print(f"notice: {report['lexical']['notice']}", highlight=False)
+        engine = "pg_textsearch and SQL postings" if report["lexical"]["engine"] == "textsearch" else "SQL postings"
+        out.print(f"lexical ({engine}): {len(done)} scopes, {sum(done.values()):,} documents (re)indexed "
                   f"in {report['lexical']['seconds']:.1f} s", highlight=False)
     if "dense" in report:
         dense_report = report["dense"]

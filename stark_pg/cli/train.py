@@ -32,7 +32,12 @@ def mfar(
     exclude: list[str] = typer.Option(None, "--exclude", help="Leave a field out (FIELD or FIELD:lexical|dense); "
                                                               "repeatable. Fields: see `stark-pg train fields`."),
     train_split: str = typer.Option("train", "--train-split", help="Queries learned from."),
-    stop_split: str = typer.Option("val", "--early-stop-split", help="Queries the best epoch is chosen on."),
+    stop_split: str = typer.Option("holdout", "--early-stop-split",
+                                   help="Queries the best epoch is chosen on: holdout (a seeded share of the "
+                                        "training split, held out of training) or a split name; choosing on the "
+                                        "split you report (val) overstates it."),
+    holdout: float = typer.Option(0.2, "--holdout", help="Share of the training split held out for early "
+                                                          "stopping (with --early-stop-split holdout)."),
     pool: int = typer.Option(100, "--pool", help="Shortlist per (field, scorer), as at search time."),
     negatives: int = typer.Option(32, "--negatives", help="Random nodes added to each training query's candidates."),
     lr: float = typer.Option(0.01, "--lr", help="AdamW's learning rate."),
@@ -61,7 +66,7 @@ def mfar(
 
     settings = TrainSettings(variant=variant, name=model_name, embed_model=embed_model, exclude=tuple(exclude or ()),
                              epochs=epochs, patience=patience, batch_norm=batch_norm, train_split=train_split,
-                             early_stop_split=stop_split, pool=pool, negatives=negatives, lr=lr, temperature=temperature,
+                             early_stop_split=stop_split, holdout=holdout, pool=pool, negatives=negatives, lr=lr, temperature=temperature,
                              weight_decay=weight_decay, seed=seed, limit=limit,
                              finetune_encoder=finetune_encoder, encoder_epochs=encoder_epochs)
     with state(ctx).connect() as conn:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import psycopg
 
 from stark_pg.resources import queries as sql
@@ -23,6 +24,26 @@ class QuerySet:
     label: str                 # split:val, split:all, file:/abs/path.csv[#split]
     split: str
     queries: list[EvalQuery]
+
+
+HOLDOUT = "holdout"
+"""The split name of a part held out of the training split (`hold_out`): where training chooses its
+settings and epochs, so that no reported split (val, test) is ever looked at while training."""
+
+
+def hold_out(queries: QuerySet, share: float, seed: int = 0) -> tuple[QuerySet, QuerySet]:
+    """(the rest, a held-out `share` of the queries), by a seeded shuffle of the query ids: the same
+    seed gives the same split on any machine, whatever order the queries came in."""
+    if not 0.0 < share < 1.0:
+        raise ValueError(f"the held-out share must be between 0 and 1, not {share}")
+    ordered = sorted(queries.queries, key=lambda q: q.query_id)
+    order = np.random.default_rng(seed).permutation(len(ordered))
+    n_held = max(1, round(len(ordered) * share)) if len(ordered) > 1 else 0
+    held = {int(i) for i in order[:n_held]}
+    rest = [q for i, q in enumerate(ordered) if i not in held]
+    kept = [q for i, q in enumerate(ordered) if i in held]
+    return (QuerySet(f"{queries.label}-{HOLDOUT}", queries.split, rest),
+            QuerySet(f"{queries.label}:{HOLDOUT}", HOLDOUT, kept))
 
 
 def from_split(conn: psycopg.Connection, skb_id: int, split: str) -> QuerySet:

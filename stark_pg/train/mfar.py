@@ -15,7 +15,9 @@ nodes drawn at random from the whole SKB (standing in for in-batch negatives: ra
 for this query). Scores are standardised per pair with their mean and standard deviation over the
 training candidates (batch normalisation's inference form); `batch_norm` also learns a scale per pair.
 The epoch kept is the one with the best MRR on the early-stopping split, whose queries are ranked
-exactly as at search time: over the union of shortlists only, answers not added.
+exactly as at search time: over the union of shortlists only, answers not added. By default that
+split is a seeded 20% of the training queries, held out of training (never val or test, which are
+for reporting).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import psycopg
 
 from stark_pg.embed import canonical_name, encode
 from stark_pg.eval import metrics
-from stark_pg.eval.query_sets import EvalQuery, QuerySet, from_split
+from stark_pg.eval.query_sets import HOLDOUT, EvalQuery, QuerySet, from_split, hold_out
 from stark_pg.progress import NullReporter, Reporter
 from stark_pg.resources import queries as sql
 from stark_pg.skb.catalog import require_skb
@@ -51,7 +53,8 @@ class TrainSettings:
     negatives: int = 32                  # random nodes added to each training query's candidates
     batch_norm: bool = False
     train_split: str = "train"
-    early_stop_split: str = "val"
+    early_stop_split: str = HOLDOUT       # a held-out part of train_split (`holdout`), or a named split
+    holdout: float = 0.2                 # share of train_split held out for early stopping
     seed: int = 0
     limit: int | None = None             # only the first N queries of each split (for quick runs and tests)
     finetune_encoder: bool = False       # also fine-tune the query encoder (stark_pg/train/mfar_encoder.py)
@@ -124,7 +127,11 @@ def train_mfar(conn: psycopg.Connection, skb: str, settings: TrainSettings | Non
     skb_id = require_skb(conn, skb)
     embed_model = canonical_name(settings.embed_model)
     pairs = variant_pairs(skb_fields(conn, skb, embed_model), settings.variant, tuple(settings.exclude))
-    train_set, stop_set = (from_split(conn, skb_id, s) for s in (settings.train_split, settings.early_stop_split))
+    train_set = from_split(conn, skb_id, settings.train_split)
+    if settings.early_stop_split == HOLDOUT:
+        train_set, stop_set = hold_out(train_set, settings.holdout, settings.seed)
+    else:
+        stop_set = from_split(conn, skb_id, settings.early_stop_split)
     for chosen, role in ((train_set, "training"), (stop_set, "early-stopping")):
         if settings.limit:
             chosen.queries = chosen.queries[:settings.limit]
