@@ -193,9 +193,10 @@ def test_runs_over_other_queries_and_bad_arguments_are_clear_errors(ibd_indexed_
                                                 "--skb", "stark-prime-ibd", expect=1).stderr
     assert "no SKB named 'nope'" in cli("compare", tmp_path / "all.trec", tmp_path / "part.trec", "--skb", "nope",
                                 expect=1).stderr
-    with pytest.raises(CompareError, match="ranks none of the 171 judged queries"):
+    write_trec(tmp_path / "elsewhere.trec", {999999999: [1, 2, 3]})
+    with pytest.raises(CompareError, match="ranks none of the 171 judged queries of val"):
         with psycopg.connect(ibd_indexed_url) as c:
-            trec_runs([tmp_path / "bad.trec"], skb_qrels(c, "stark-prime-ibd", "val"), "val", METRICS)
+            trec_runs([tmp_path / "elsewhere.trec"], skb_qrels(c, "stark-prime-ibd", "val"), "val", METRICS)
 
 
 def test_stored_runs_over_other_queries_or_answers_are_refused(cli, conn, tmp_path):
