@@ -37,3 +37,19 @@ from stark.eval_result where skb_id = :skb_id and run_id = :run_id order by quer
 
 -- name: finish_run(run_id, summary)!
 update stark.eval_run set finished_at = now(), summary = cast(:summary as jsonb) where run_id = :run_id;
+
+-- name: run_info(run_id)^
+-- One evaluation run and its SKB's name, for `stark-pg compare` (None: no such run).
+select r.run_id, r.skb_id, s.name as skb, r.method, r.query_set, r.options, r.finished_at is not null as finished
+from stark.eval_run r join stark.skb s on s.skb_id = r.skb_id
+where r.run_id = :run_id;
+
+-- name: run_query_metrics(skb_id, run_id)
+-- Each query's answers and stored metric values: what significance tests pair up across runs.
+select query_id, answer_ids, metrics from stark.eval_result
+where skb_id = :skb_id and run_id = :run_id order by query_id;
+
+-- name: run_query_details(skb_id, run_id, top)
+-- Each query's top ranked nodes, answer ranks, metrics, latency, trace and error: the HTML report's per-query view.
+select query_id, ranked_ids[1:(:top)] as top_ids, answer_ids, answer_ranks, metrics, latency_ms, trace, error
+from stark.eval_result where skb_id = :skb_id and run_id = :run_id order by query_id;

@@ -6,6 +6,7 @@ import sys
 
 import typer
 
+from stark_pg.cli import compare as compare_commands
 from stark_pg.cli import db as db_commands
 from stark_pg.cli import evaluate as evaluate_commands
 from stark_pg.cli import retrieval as retrieval_commands
@@ -38,6 +39,7 @@ def _global(ctx: typer.Context,
 skb_commands.register(app)
 retrieval_commands.register(app)
 evaluate_commands.register(app)
+compare_commands.register(app)
 train_commands.register(app)
 app.add_typer(db_commands.app, name="db")
 
@@ -49,6 +51,7 @@ def expected_errors() -> tuple[type[BaseException], ...]:
 
     from stark_pg.db.connection import DatabaseError
     from stark_pg.embed import ModelUnavailable
+    from stark_pg.eval.run_sources import CompareError
     from stark_pg.llm.errors import LLMError
     from stark_pg.options import OptionError
     from stark_pg.retrieve import MissingIndex, UnknownMethod
@@ -58,8 +61,8 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     # psycopg: the server refused the input (DataError: out of range, bad encoding, an SQL function's
     # invalid_parameter_value), one of our SQL functions raised on its arguments (RAISE EXCEPTION), or
     # the connection was lost mid-command
-    return (LoadError, DatabaseError, SkbExists, OptionError, UnknownMethod, MissingIndex, ModelUnavailable,
-            LLMError, psycopg.OperationalError, psycopg.errors.DataError, psycopg.errors.RaiseException,
+    return (LoadError, CompareError, DatabaseError, SkbExists, OptionError, UnknownMethod, MissingIndex,
+            ModelUnavailable, LLMError, psycopg.OperationalError, psycopg.errors.DataError, psycopg.errors.RaiseException,
             UnicodeEncodeError)     # text that is not UTF-8 (bytes on a command line become lone surrogates)
 
 

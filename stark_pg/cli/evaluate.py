@@ -35,8 +35,8 @@ def evaluate(
     depth: int = typer.Option(1000, "--depth", help="Ranking depth asked of each method: answers ranked deeper count "
                                                     "as not retrieved (their MRR share would be under 1/depth)."),
     stored_k: int = typer.Option(100, "--stored-k", help="Ranked ids (and scores) stored per query."),
-    out_dir: Path = typer.Option(None, "--out", help="Write CSV/JSON per method, TREC run and qrels, report.md "
-                                                     "and report.png here."),
+    out_dir: Path = typer.Option(None, "--out", help="Write CSV/JSON per method, TREC run and qrels, report.md, "
+                                                     "report.png and report.html (every query's rankings) here."),
     context: str = typer.Option(None, "--context", help="Show published figures of this STaRK dataset (prime, "
                                                         "mag, amazon) in report.md; guessed from the SKB."),
     json_: bool = typer.Option(False, "--json", help="Per method: mean metrics, query count, latency p50/p95."),
@@ -72,7 +72,8 @@ def evaluate(
                                progress=progress) for m in methods]
         report = None
         if out_dir:
-            report = write_report(conn, skb_id, name, split, outcomes, out_dir, context or guess_dataset(name))
+            report = write_report(conn, skb_id, name, split, outcomes, out_dir, context or guess_dataset(name),
+                                  bodies={q.query_id: q.body for q in chosen.queries})
     if json_:
         print_json({"skb": name, "query_set": chosen.label,
                     "methods": {o.method: {"run_id": o.run_id, "options": o.options, **o.summary}
@@ -98,7 +99,7 @@ def evaluate(
         table.add_row(*row)
     out.print(table)
     if report:
-        out.print(f"report: {report}")
+        out.print(f"report: {report.with_suffix('.html')} (and {report.name}, {report.with_suffix('.png').name})")
 
 
 def method_options(methods: list[str], pairs: list[str] | None) -> dict:

@@ -1,11 +1,12 @@
 """The files an evaluation leaves in `--out DIR`: STaRK-compatible CSV/JSON per method, TREC run and
-qrels, a Markdown summary and a PNG chart comparing the methods' metrics and latency.
+qrels, a Markdown summary, a PNG chart comparing the methods' metrics and latency, and a self-contained
+HTML page with every query's rankings and traces (stark_pg/eval/html_report.py).
 
     DIR/qrels_{split}.txt
     DIR/{method}/eval_results_{split}.csv     idx, query_id, pred_rank, one column per metric
     DIR/{method}/eval_metrics_{split}.json    mean of each metric
     DIR/{method}/run_{split}.trec
-    DIR/report.md, DIR/report.png
+    DIR/report.md, DIR/report.png, DIR/report.html
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ PUBLISHED = Path(__file__).with_name("published.csv")
 
 
 def write_report(conn: psycopg.Connection, skb_id: int, skb_name: str, split: str, outcomes: list[RunOutcome],
-                 out_dir: Path, dataset: str | None = None) -> Path:
+                 out_dir: Path, dataset: str | None = None, bodies: dict[int, str] | None = None) -> Path:
+    """Write every file; `bodies` (query id -> text) feeds report.html's per-query view. Returns report.md."""
+    from stark_pg.eval.html_report import write_html
+
     out_dir.mkdir(parents=True, exist_ok=True)
     answers: dict[int, list[int]] = {}
     for outcome in outcomes:
@@ -48,6 +52,7 @@ def write_report(conn: psycopg.Connection, skb_id: int, skb_name: str, split: st
     write_chart(outcomes, chart, title=f"{skb_name} ({split})")
     report = out_dir / "report.md"
     report.write_text(markdown(skb_name, split, outcomes, chart.name, dataset), encoding="utf-8")
+    write_html(conn, skb_id, skb_name, split, outcomes, bodies or {}, chart, out_dir / "report.html")
     return report
 
 
