@@ -218,7 +218,7 @@ create or replace function stark.bm25_engine(skb int, scope text, engine text de
 returns text
 language plpgsql stable as $$
 declare
-    idx regclass := to_regclass(format('stark.%I', stark.bm25_index(skb, scope)));
+    idx regclass := to_regclass('stark.' || quote_ident(stark.bm25_index(skb, scope)));   -- NULL for a NULL skb
     settings text[];
     fits boolean;
 begin

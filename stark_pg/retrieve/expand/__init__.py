@@ -101,8 +101,9 @@ def retrieve(conn: psycopg.Connection, skb: str, query: str, expansions: list[st
     text = expanded_text(query, expansions)
     trace: dict = {"retriever": o.retriever, "chars": len(text)}
     if o.retriever == "bm25":
-        rows = sql().bm25_top(conn, skb_id=require_skb(conn, skb), scope="*", query=text, k1=1.2, b=0.75, k=k)
-        trace["sql"] = "stark.bm25_scores(skb_id, '*', query_and_expansions, 1.2, 0.75)"
+        rows = sql().bm25_top(conn, skb_id=require_skb(conn, skb), scope="*", query=text, k1=1.2, b=0.75, k=k,
+                              engine="auto")
+        trace["sql"] = "stark.bm25_top(skb_id, '*', query_and_expansions, k, 1.2, 0.75, 'auto')"
     else:
         vector = query_vector(query, expansions, o)
         trace["combine"], trace["query_weight"] = o.combine, o.query_weight
