@@ -204,6 +204,6 @@ def test_the_readmes_python_examples_run(api_url, monkeypatch, capsys):
         except Exception as exc:
             pytest.fail(f"README example failed with {type(exc).__name__}: {exc}\n{example}")
     printed = capsys.readouterr().out
-    assert "unknown method 'bm26'" in printed and "GUFA" in printed     # the error, and the hits' names
+    assert "unknown method 'bm26'" in printed and str(session["hits"].node_ids) in printed
     assert set(session["result"].summary) == {"bm25", "vss", "hybrid"} and len(session["hits"]) == 5
-    assert "tiny" not in session["db"].skbs() if not session["db"].closed else True
+    assert session["db"].closed
