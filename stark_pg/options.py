@@ -26,20 +26,54 @@ def parse_options(options_class, pairs: list[str] | None):
     return options_class(**values)
 
 
-def _checked(options_class, key: str, value, pair: str):
+def options_from_values(options_class, values: dict | None):
+    """An instance of `options_class` from Python values (the API's `search(..., k1=1.5)`): each checked
+    as a command-line value would be. A string is parsed as on the command line; a list of strings
+    (mFAR's mask) is joined with commas; anything else must already have the annotated type."""
+    hints = typing.get_type_hints(options_class)
+    names = {f.name for f in dataclasses.fields(options_class)}
+    checked = {}
+    for key, value in (values or {}).items():
+        pair = f"{key}={value}"
+        if key not in names:
+            raise OptionError(f"setting {key!r}: expected one of {', '.join(sorted(names))}")
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            value = ",".join(value)
+        if isinstance(value, str):
+            value = _convert(value, hints[key], pair, label="setting")
+        else:
+            value = _typed(value, hints[key], pair)
+        checked[key] = _checked(options_class, key, value, pair, label="setting")
+    return options_class(**checked)
+
+
+def _typed(value, hint, pair: str):
+    """`value` if it is of a type the annotation allows (an int passes for a float, a bool for nothing else)."""
+    kinds = [t for t in typing.get_args(hint) if t is not type(None)] or [hint]
+    if value is None and type(None) in typing.get_args(hint):
+        return None
+    kind = kinds[0]
+    if kind is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
+        return value
+    raise OptionError(f"setting {pair!r}: {value!r} is not a valid {getattr(kind, '__name__', kind)}")
+
+
+def _checked(options_class, key: str, value, pair: str, label: str = "--option"):
     """Every method's numbers must be finite (nan or inf only turn into NaN scores), and within the
     bounds its Options class declares in an optional `LIMITS = {name: (low, high)}` class attribute;
     a text option one of the values its optional `CHOICES = {name: (value, ...)}` lists."""
     if isinstance(value, float) and not math.isfinite(value):
-        raise OptionError(f"--option {pair!r}: must be a finite number")
+        raise OptionError(f"{label} {pair!r}: must be a finite number")
     if isinstance(value, int) and not isinstance(value, bool) and not INT_MIN <= value <= INT_MAX:
-        raise OptionError(f"--option {pair!r}: must be between {INT_MIN} and {INT_MAX}")
+        raise OptionError(f"{label} {pair!r}: must be between {INT_MIN} and {INT_MAX}")
     low, high = getattr(options_class, "LIMITS", {}).get(key, (None, None))
     if value is not None and ((low is not None and value < low) or (high is not None and value > high)):
-        raise OptionError(f"--option {pair!r}: must be between {low} and {high}")
+        raise OptionError(f"{label} {pair!r}: must be between {low} and {high}")
     choices = getattr(options_class, "CHOICES", {}).get(key)
     if choices is not None and value not in choices:
-        raise OptionError(f"--option {pair!r}: must be one of {', '.join(choices)}")
+        raise OptionError(f"{label} {pair!r}: must be one of {', '.join(choices)}")
     return value
 
 
@@ -51,13 +85,13 @@ INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
 """Integer options go to PostgreSQL `integer` parameters: no function would take a value beyond these."""
 
 
-def _convert(raw: str, hint, pair: str):
+def _convert(raw: str, hint, pair: str, label: str = "--option"):
     kinds = [t for t in typing.get_args(hint) if t is not type(None)] or [hint]
     if raw.lower() in ("none", "null", "") and type(None) in typing.get_args(hint):
         return None
     kind = kinds[0]
     if kind is str:
-        return _text(raw, pair)
+        return _text(raw, pair, label)
     try:
         if kind is bool:
             if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
@@ -67,18 +101,18 @@ def _convert(raw: str, hint, pair: str):
             raise ValueError(raw)
         return kind(raw)
     except (TypeError, ValueError):
-        raise OptionError(f"--option {pair!r}: {raw!r} is not a valid {getattr(kind, '__name__', kind)}") from None
+        raise OptionError(f"{label} {pair!r}: {raw!r} is not a valid {getattr(kind, '__name__', kind)}") from None
 
 
-def _text(raw: str, pair: str) -> str:
+def _text(raw: str, pair: str, label: str = "--option") -> str:
     """Text PostgreSQL can hold: no NUL character, no lone surrogate (Python's stand-in for command-line
     bytes that are not UTF-8)."""
     if "\x00" in raw:
-        raise OptionError(f"--option {pair!r}: contains a NUL character")
+        raise OptionError(f"{label} {pair!r}: contains a NUL character")
     try:
         raw.encode("utf-8")
     except UnicodeEncodeError:
-        raise OptionError(f"--option {pair!r}: is not valid UTF-8") from None
+        raise OptionError(f"{label} {pair!r}: is not valid UTF-8") from None
     return raw
 
 

@@ -17,7 +17,7 @@ class Stage(Protocol):
 
 
 class Reporter(Protocol):
-    def stage(self, label: str, total: int | None = None): ...  # a context manager yielding a Stage
+    def stage(self, label: str, total: int | None = None, unit: str = ""): ...  # a context manager yielding a Stage
 
 
 class _NullStage:
@@ -32,12 +32,16 @@ class NullReporter:
     """Reports nothing: the default for library calls and tests."""
 
     @contextmanager
-    def stage(self, label: str, total: int | None = None) -> Iterator[Stage]:
+    def stage(self, label: str, total: int | None = None, unit: str = "") -> Iterator[Stage]:
         yield _NullStage()
 
 
 class RichReporter:
-    """A bar per stage on stderr, with the count, the rate per second and the elapsed time."""
+    """A bar per stage on stderr, with the count, the rate per second and the elapsed time.
+
+    A stage given a `unit` names it in the rate ("212 documents/s"): where what is counted differs from
+    what the rate is about (an embedding stage counts nodes but is judged by documents per second), the
+    stage says so with `describe`."""
 
     def __init__(self, console=None):
         from rich.console import Console
@@ -45,7 +49,7 @@ class RichReporter:
         self.console = console or Console(stderr=True)
 
     @contextmanager
-    def stage(self, label: str, total: int | None = None) -> Iterator[Stage]:
+    def stage(self, label: str, total: int | None = None, unit: str = "") -> Iterator[Stage]:
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
                                    TimeElapsedColumn)
 
@@ -62,10 +66,16 @@ class RichReporter:
                     bar.advance(task, n)
                     speed = bar.tasks[task].speed
                     if speed and not self.described:
-                        bar.update(task, rate=f"{speed:,.0f}/s")
+                        bar.update(task, rate=rate_text(speed, unit))
 
                 def describe(self, text: str) -> None:
                     self.described = True
                     bar.update(task, rate=text)
 
             yield _Stage()
+
+
+def rate_text(per_second: float, unit: str = "") -> str:
+    """'212 documents/s', '3.4 documents/s' (slow stages keep a decimal), or '212/s' without a unit."""
+    shown = f"{per_second:,.1f}" if per_second < 10 else f"{per_second:,.0f}"
+    return f"{shown} {unit}/s" if unit else f"{shown}/s"

@@ -46,11 +46,11 @@ app.add_typer(db_commands.app, name="db")
 
 def expected_errors() -> tuple[type[BaseException], ...]:
     """Failures a user can cause or fix (bad input, unknown name, method or option, missing index or
-    model, LLM or database unavailable): one line on stderr. Anything else is a bug: a traceback."""
+    model, device, LLM or database unavailable): one line on stderr. Anything else is a bug: a traceback."""
     import psycopg
 
     from stark_pg.db.connection import DatabaseError
-    from stark_pg.embed import ModelUnavailable
+    from stark_pg.embed import DeviceError, ModelUnavailable
     from stark_pg.eval.run_sources import CompareError
     from stark_pg.llm.errors import LLMError
     from stark_pg.options import OptionError
@@ -62,7 +62,8 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     # invalid_parameter_value), one of our SQL functions raised on its arguments (RAISE EXCEPTION), or
     # the connection was lost mid-command
     return (LoadError, CompareError, DatabaseError, SkbExists, OptionError, UnknownMethod, MissingIndex,
-            ModelUnavailable, LLMError, psycopg.OperationalError, psycopg.errors.DataError, psycopg.errors.RaiseException,
+            ModelUnavailable, DeviceError, LLMError, psycopg.OperationalError, psycopg.errors.DataError,
+            psycopg.errors.RaiseException,
             UnicodeEncodeError)     # text that is not UTF-8 (bytes on a command line become lone surrogates)
 
 

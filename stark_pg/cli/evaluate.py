@@ -46,9 +46,8 @@ def evaluate(
 
     Results go to stark.eval_run / stark.eval_result. Re-running an interrupted evaluation continues it.
     """
-    from stark_pg.eval import query_sets
     from stark_pg.eval.report import write_report
-    from stark_pg.eval.runner import run_method
+    from stark_pg.eval.session import choose_queries, guess_dataset, method_options, run_methods
     from stark_pg.options import OptionError
     from stark_pg.retrieve import UnknownMethod
     from stark_pg.skb.catalog import require_skb
@@ -61,15 +60,9 @@ def evaluate(
     progress = reporter(quiet or json_)
     with state(ctx).connect() as conn:
         skb_id = require_skb(conn, name)
-        chosen = (query_sets.from_file(conn, skb_id, queries, split) if queries
-                  else query_sets.from_split(conn, skb_id, split))
-        if limit:
-            chosen.queries = chosen.queries[:limit]
-            chosen.label += f"[:{limit}]"
-        if not chosen.queries:
-            fail(f"no queries in {chosen.label} of {name}")
-        outcomes = [run_method(conn, skb_id, name, m, settings[m], chosen, depth=depth, stored_k=stored_k,
-                               progress=progress) for m in methods]
+        chosen = choose_queries(conn, skb_id, name, split, queries, limit)
+        outcomes = run_methods(conn, skb_id, name, settings, chosen, depth=depth, stored_k=stored_k,
+                               progress=progress)
         report = None
         if out_dir:
             report = write_report(conn, skb_id, name, split, outcomes, out_dir, context or guess_dataset(name),
@@ -100,36 +93,6 @@ def evaluate(
     out.print(table)
     if report:
         out.print(f"report: {report.with_suffix('.html')} (and {report.name}, {report.with_suffix('.png').name})")
-
-
-def method_options(methods: list[str], pairs: list[str] | None) -> dict:
-    """Each method's Options from `KEY=VALUE` (all methods having KEY) and `METHOD.KEY=VALUE` pairs."""
-    import dataclasses
-
-    from stark_pg.options import OptionError, parse_options
-    from stark_pg.retrieve import get_method
-
-    modules = {m: get_method(m) for m in methods}
-    per_method: dict[str, list[str]] = {m: [] for m in methods}
-    for pair in pairs or []:
-        key = pair.partition("=")[0]
-        target, dot, field = key.partition(".")
-        if dot:
-            if target not in modules:
-                raise OptionError(f"--option {pair!r}: {target} is not among the methods evaluated")
-            per_method[target].append(f"{field}={pair.partition('=')[2]}")
-            continue
-        takers = [m for m, mod in modules.items() if key in {f.name for f in dataclasses.fields(mod.Options)}]
-        if not takers:
-            raise OptionError(f"--option {pair!r}: none of {', '.join(methods)} has a setting {key!r}")
-        for m in takers:
-            per_method[m].append(pair)
-    return {m: parse_options(modules[m].Options, per_method[m]) for m in methods}
-
-
-def guess_dataset(skb_name: str) -> str | None:
-    lowered = skb_name.lower()
-    return next((d for d in ("prime", "mag", "amazon") if d in lowered), None)
 
 
 def score(

@@ -31,6 +31,12 @@ def index(
                                     help="BM25 indexes of pg_textsearch, which `bm25` searches by default "
                                          "[default: where the server has the extension]; --no-textsearch "
                                          "drops them (BM25 then runs as exact SQL).", show_default=False),
+    device: str = typer.Option(None, "--device", help="Where to embed: auto (the first of cuda, mps, cpu), cpu, "
+                                                      "cuda, cuda:N or mps. Default: STARK_PG_DEVICE, else auto."),
+    half: bool = typer.Option(False, "--half", help="Embed in half precision (float16) on a GPU; ignored on "
+                                                    "the CPU. Vectors are stored as float32 either way."),
+    batch_size: int = typer.Option(32, "--batch-size", help="Texts per forward pass of the embedding model "
+                                                            "(32 suits a CPU; a GPU takes hundreds)."),
     json_: bool = typer.Option(False, "--json", help="Print what was (re)built as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -39,6 +45,15 @@ def index(
     Incremental and resumable: a re-run only indexes nodes that are new or whose text changed, and
     removes what belongs to nodes that are gone.
     """
+    if batch_size < 1:
+        fail(f"--batch-size {batch_size}: must be at least 1")
+    if dense:
+        from stark_pg.embed import DeviceError, requested_device
+
+        try:
+            requested_device(device, "--device")       # the form only: availability is known once torch loads
+        except DeviceError as exc:
+            fail(str(exc))
     progress = reporter(quiet or json_)
     report: dict = {}
     with state(ctx).connect() as conn:
@@ -49,9 +64,11 @@ def index(
             report["lexical"] = build_lexical(conn, name, progress=progress, extra_scopes=extra,
                                               textsearch=textsearch)
         if dense:
-            from stark_pg.index.dense import build_dense
+            from stark_pg.index.dense import BATCH_SIZE, build_dense
 
-            report["dense"] = build_dense(conn, name, model=model, multi_vector=multi_vector, progress=progress)
+            report["dense"] = build_dense(conn, name, model=model, multi_vector=multi_vector, progress=progress,
+                                          device=device, half=half, encode_batch=batch_size,
+                                          batch_size=max(BATCH_SIZE, batch_size))
     if json_:
         print_json(report)
         return
@@ -66,7 +83,9 @@ def index(
         dense_report = report["dense"]
         parts = [f"{kind} {c['embedded']:,} embedded, {c['skipped']:,} unchanged, {c['deleted']:,} deleted"
                  for kind, c in ((k, dense_report.get(k)) for k in ("documents", "chunks")) if c]
-        out.print(f"dense ({dense_report['model']}): {'; '.join(parts)}; "
+        encoding = dense_report["encoding"]
+        how = f", {encoding['device']}, {encoding['precision']}" if encoding else ""
+        out.print(f"dense ({dense_report['model']}{how}): {'; '.join(parts)}; "
                   f"{len(dense_report.get('indexes_built', []))} HNSW indexes built in {dense_report['seconds']:.1f} s",
                   highlight=False)
 
@@ -89,26 +108,19 @@ def search(
                                                         "-o mask=FIELD,..."),
 ) -> None:
     """Rank the nodes of an SKB for a query: id, type, name and score of each result."""
-    from stark_pg.options import OptionError, describe, parse_options
-    from stark_pg.resources import queries as sql
-    from stark_pg.retrieve import UnknownMethod, get_method
-    from stark_pg.skb.catalog import require_skb
+    from stark_pg.options import OptionError
+    from stark_pg.retrieve import UnknownMethod
+    from stark_pg.retrieve.results import check_k, configure, search_described
 
-    if k < 1:
-        fail(f"-k {k}: the number of results must be at least 1")
     try:
-        module = get_method(method)
-        options = parse_options(module.Options, list(option or []) + ([f"mask={','.join(mask)}"] if mask else []))
-        if explain and hasattr(options, "explain"):
-            options.explain = True      # methods whose explanation costs extra work compute it only when asked
+        check_k(k)
+        module, options = configure(method, list(option or []) + ([f"mask={','.join(mask)}"] if mask else []),
+                                    explain=explain)
     except (UnknownMethod, OptionError) as exc:
-        fail(str(exc) + (f"; {method} settings: {describe(module.Options)}" if isinstance(exc, OptionError) else ""))
+        fail(str(exc))
     with state(ctx).connect() as conn:
-        ranking = module.search(conn, name, query, k, options)
-        about = {row[0]: row[1:] for row in sql().describe_nodes(conn, skb_id=require_skb(conn, name),
-                                                                 node_ids=ranking.node_ids)}
-    results = [{"rank": i, "node_id": h.node_id, "type": about[h.node_id][0], "name": about[h.node_id][1],
-                "score": h.score} for i, h in enumerate(ranking.hits, start=1)]
+        hits, ranking = search_described(conn, name, query, module, options, k)
+    results = [hit.to_dict() for hit in hits]
     if json_:
         document = {"skb": name, "query": query, "method": method, "results": results, "trace": ranking.trace}
         if explain:

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from stark_pg.cli.common import fail, out, print_json, reporter, state
+from stark_pg.cli.common import out, print_json, reporter, state
 
 
 def register(app: typer.Typer) -> None:
@@ -48,29 +48,17 @@ def load(
     evaluation runs, trained models) and the indexes are refreshed for the nodes that changed.
     Bad input stops the load with the file and line at fault.
     """
-    from loaders.detect import detect_format, is_query_only, open_source
-    from stark_pg.config import home_dir
-    from stark_pg.index.refresh import carried_indexes, refresh_indexes
-    from stark_pg.skb.store import load_queries, load_skb
+    from stark_pg.loading import check_if_exists, load_opened, open_source
 
-    if if_exists not in ("replace", "skip", "fail"):
-        fail(f"--if-exists must be replace, skip or fail, not {if_exists!r}")
-    fmt = detect_format(source)
-    src = open_source(source, fmt, nodes=nodes, seed=seed, edges_per_node=edges_per_node,
-                      cache_dir=cache_dir or home_dir() / "downloads")
+    check_if_exists(if_exists)        # before a download, not after it
+    opened = open_source(source, nodes=nodes, seed=seed, edges_per_node=edges_per_node, cache_dir=cache_dir)
     progress = reporter(quiet or json_)
     with state(ctx).connect() as conn:
-        if is_query_only(fmt):
-            if not skb:
-                fail(f"{source} holds queries only: name the SKB they belong to with --skb NAME")
-            summary = load_queries(conn, skb, src, drop_dangling=drop_dangling, progress=progress)
-        else:
-            summary = load_skb(conn, src, name, if_exists=if_exists, drop_dangling=drop_dangling,
-                               progress=progress)
-        kinds = carried_indexes(summary.carried)
-        refreshed = refresh_indexes(conn, summary.name, kinds, progress) if kinds and refresh else {}
+        outcome = load_opened(conn, opened, name, skb=skb, if_exists=if_exists, drop_dangling=drop_dangling,
+                              refresh=refresh, progress=progress)
+    summary, kinds, refreshed = outcome.summary, outcome.kept, outcome.refreshed
     if json_:
-        print_json(summary.to_dict() | ({"refreshed": refreshed} if refreshed else {}))
+        print_json(outcome.to_dict())
         return
     _print_summary(summary)
     if summary.carried:

@@ -28,7 +28,7 @@ import psycopg
 from psycopg import sql as pgsql
 
 from stark_pg import embed
-from stark_pg.progress import NullReporter, Reporter
+from stark_pg.progress import NullReporter, Reporter, rate_text
 from stark_pg.resources import queries, template_sections
 from stark_pg.skb.catalog import require_skb
 from stark_pg.skb.locks import skb_name_locked
@@ -99,35 +99,61 @@ def ensure_model(conn: psycopg.Connection, model: str | None = None) -> ModelTab
     return tables
 
 
+@dataclass(frozen=True)
+class Encoding:
+    """How texts are embedded: on which device (None: STARK_PG_DEVICE, else the best available), in half
+    precision or not (on a GPU only), how many texts per forward pass. None of it changes which texts are
+    embedded (so it is not stored with a build), only how fast. The device is resolved when the first text
+    is embedded: a build with nothing to embed does not even import torch."""
+
+    device: str | None = None
+    half: bool = False
+    batch: int = embed.DEFAULT_BATCH
+
+    def __post_init__(self):
+        embed.requested_device(self.device)        # a misspelt device fails before any work
+        if self.batch < 1:
+            raise ValueError(f"embedding batch size {self.batch}: must be at least 1")
+
+    def describe(self) -> dict:
+        device = embed.resolve_device(self.device)
+        return {"device": device, "precision": "float16" if self.half and device != "cpu" else "float32",
+                "batch": self.batch}
+
+
 def build_dense(conn: psycopg.Connection, skb_name: str, model: str | None = None, with_relations: bool = True,
                 multi_vector: bool = True, progress: Reporter | None = None, *, max_neighbors: int = 25,
                 chunk_chars: int = 512, batch_size: int = BATCH_SIZE, m: int = 16,
-                ef_construction: int = 64) -> dict:
+                ef_construction: int = 64, device: str | None = None, half: bool = False,
+                encode_batch: int = embed.DEFAULT_BATCH) -> dict:
     """Bring the SKB's document vectors (and chunk vectors, with `multi_vector`) up to date; build HNSW.
 
     `with_relations` and `max_neighbors` shape the documents (see stark.render_document) and the
     relation chunks; `chunk_chars` the length of field pieces. Changing any of them changes the texts,
-    so the next build re-embeds what they affect. Returns counts per kind and the seconds taken.
+    so the next build re-embeds what they affect. `batch_size` documents are committed together;
+    `device`, `half` and `encode_batch` (texts per forward pass) only change the speed (`Encoding`).
+    Returns counts per kind, the encoding used and the seconds taken.
     Holds the SKB name's lock throughout: builds and loads of one name queue.
     """
+    encoding = Encoding(device, half, encode_batch)
     with skb_name_locked(conn, skb_name):
         return _build_dense(conn, skb_name, model, with_relations, multi_vector, progress, max_neighbors,
-                            chunk_chars, batch_size, m, ef_construction)
+                            chunk_chars, batch_size, m, ef_construction, encoding)
 
 
 def _build_dense(conn, skb_name, model, with_relations, multi_vector, progress, max_neighbors, chunk_chars,
-                 batch_size, m, ef_construction) -> dict:
+                 batch_size, m, ef_construction, encoding: Encoding) -> dict:
     progress = progress or NullReporter()
     started = time.perf_counter()
     skb_id = require_skb(conn, skb_name)
     tables = ensure_model(conn, model)
     shape = {"skb_id": skb_id, "with_relations": with_relations, "max_neighbors": max_neighbors}
 
-    documents = _refresh_documents(conn, tables, shape, batch_size, progress)
+    documents = _refresh_documents(conn, tables, shape, batch_size, progress, encoding)
     chunks = {"embedded": 0, "deleted": 0}
     if multi_vector:
         chunks = _refresh_chunks(conn, tables, shape | {"chunk_chars": chunk_chars},
-                                 max(1, batch_size // 8), progress)
+                                 max(1, batch_size // 8), progress, encoding)
 
     built = _build_indexes(conn, tables, skb_id, multi_vector, m, ef_construction, progress)
     with _committed(conn):
@@ -143,23 +169,25 @@ def _build_dense(conn, skb_name, model, with_relations, multi_vector, progress, 
     documents |= {"skipped": n_docs - documents["embedded"], "total": n_docs}
     chunks |= {"skipped": n_chunks - chunks["embedded"], "total": n_chunks}
     return {"model": tables.name, "documents": documents, "chunks": chunks, "indexes_built": built,
+            "encoding": encoding.describe() if documents["embedded"] or chunks["embedded"] else None,
             "seconds": round(time.perf_counter() - started, 3)}
 
 
-def _refresh_documents(conn, tables: ModelTables, shape: dict, batch_size: int, progress: Reporter) -> dict:
+def _refresh_documents(conn, tables: ModelTables, shape: dict, batch_size: int, progress: Reporter,
+                       encoding: Encoding) -> dict:
     """Delete vectors of vanished nodes, then embed every stale document in committed batches."""
     with _committed(conn):
         deleted = conn.execute(statement("delete_gone_documents", tables), shape).rowcount
         stale = [row[0] for row in conn.execute(statement("stale_documents", tables), shape)]
     _drop_index_if_mostly_stale(conn, tables, tables.doc_table, shape["skb_id"], len(stale), "count_document_nodes")
     embedded = 0
-    with progress.stage("documents", total=len(stale)) as stage:
+    with progress.stage("documents", total=len(stale), unit="documents") as stage:
         for start in range(0, len(stale), batch_size):
             ids = stale[start:start + batch_size]
             with _committed(conn):
                 rows = conn.execute(statement("render_documents", tables), shape | {"node_ids": ids}).fetchall()
                 if rows:
-                    vectors = _encode([r[1] for r in rows], tables)
+                    vectors = _encode([r[1] for r in rows], tables, encoding)
                     conn.execute(statement("upsert_documents", tables),
                                  shape | {"node_ids": [r[0] for r in rows], "hashes": [r[2] for r in rows],
                                           "vecs": list(vectors)})
@@ -168,12 +196,14 @@ def _refresh_documents(conn, tables: ModelTables, shape: dict, batch_size: int, 
     return {"embedded": embedded, "deleted": deleted}
 
 
-def _refresh_chunks(conn, tables: ModelTables, shape: dict, node_batch: int, progress: Reporter) -> dict:
+def _refresh_chunks(conn, tables: ModelTables, shape: dict, node_batch: int, progress: Reporter,
+                    encoding: Encoding) -> dict:
     """Per batch of nodes with any new, changed or vanished chunk: embed what changed, delete what is gone."""
     with _committed(conn):
         stale = [row[0] for row in conn.execute(statement("stale_chunk_nodes", tables), shape)]
     _drop_index_if_mostly_stale(conn, tables, tables.chunk_table, shape["skb_id"], len(stale), "count_chunk_nodes")
     embedded = deleted = 0
+    started = time.perf_counter()
     with progress.stage("chunks (nodes)", total=len(stale)) as stage:
         for start in range(0, len(stale), node_batch):
             ids = stale[start:start + node_batch]
@@ -185,7 +215,7 @@ def _refresh_chunks(conn, tables: ModelTables, shape: dict, node_batch: int, pro
                 todo = [r for r in rendered if stored.get((r[0], r[1])) != (r[2], r[4])]
                 gone = set(stored) - {(r[0], r[1]) for r in rendered}
                 if todo:
-                    vectors = _encode([r[3] for r in todo], tables)
+                    vectors = _encode([r[3] for r in todo], tables, encoding)
                     conn.execute(statement("upsert_chunks", tables),
                                  shape | {"node_ids": [r[0] for r in todo], "chunk_nos": [r[1] for r in todo],
                                           "kinds": [r[2] for r in todo], "hashes": [r[4] for r in todo],
@@ -195,6 +225,7 @@ def _refresh_chunks(conn, tables: ModelTables, shape: dict, node_batch: int, pro
                                  shape | {"node_ids": [n for n, _ in gone], "chunk_nos": [c for _, c in gone]})
             embedded += len(todo)
             deleted += len(gone)
+            stage.describe(rate_text(embedded / max(time.perf_counter() - started, 1e-9), "chunks"))
             stage.advance(len(ids))
     return {"embedded": embedded, "deleted": deleted}
 
@@ -211,8 +242,8 @@ def _drop_index_if_mostly_stale(conn, tables: ModelTables, table: str, skb_id: i
                 pgsql.Identifier("stark", hnsw_index_name(table, skb_id))))
 
 
-def _encode(texts: list[str], tables: ModelTables):
-    vectors = embed.encode(texts, tables.name)
+def _encode(texts: list[str], tables: ModelTables, encoding: Encoding = Encoding()):
+    vectors = embed.encode(texts, tables.name, encoding.batch, device=encoding.device, half=encoding.half)
     if vectors.shape[1] != tables.dim:
         raise ValueError(f"model {tables.name!r} made {vectors.shape[1]}-dimensional vectors, but its tables hold "
                          f"{tables.dim} dimensions")
