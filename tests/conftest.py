@@ -40,6 +40,8 @@ def server_url(tmp_path_factory) -> str:
     home = Path(os.environ.get("STARK_PG_TEST_HOME") or tmp_path_factory.mktemp("stark-pg-home"))
     os.environ["STARK_PG_HOME"] = str(home)
     os.environ.pop("STARK_PG_DSN", None)
+    # test clusters are throwaway and several may run at once (and beside a developer's): a small budget
+    os.environ.setdefault("STARK_PG_MEMORY_MB", "1024")
     from stark_pg.db import embedded
 
     yield embedded.start().uri

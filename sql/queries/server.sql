@@ -19,3 +19,7 @@ select n.name,
 from unnest(cast(:names as text[])) with ordinality as n(name, ord)
 left join pg_available_extensions e on e.name = n.name
 order by n.ord;
+
+-- name: memory_settings(names)
+-- The server's values of the resource profile's settings (stark_pg/db/profile.py), with their units.
+select name, current_setting(name) from pg_settings where name = any(:names) order by name;

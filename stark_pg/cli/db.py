@@ -17,11 +17,14 @@ app = typer.Typer(help="The PostgreSQL database stark-pg uses: status, URL, psql
 def status(ctx: typer.Context, json_: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """Where the database is, its PostgreSQL and pgvector versions, the extensions stark-pg can use
     (vector required; pg_textsearch, vectorscale optional: on the server, installed here), schema
-    revision and loaded SKBs."""
+    revision, loaded SKBs and the memory settings (the embedded server's come from one profile sized to
+    the machine; STARK_PG_MEMORY_MB sets its budget for new clusters)."""
     from stark_pg.db import embedded
     from stark_pg.db.connection import redact_dsn, resolve_dsn
     from stark_pg.db.extensions import extensions
     from stark_pg.db.migrate import current_revision, head_revision
+    from stark_pg.db.profile import PROFILE_SETTINGS
+    from stark_pg.resources import queries
     from stark_pg.skb.catalog import all_skb_names
 
     ctx_ = state(ctx)
@@ -31,17 +34,20 @@ def status(ctx: typer.Context, json_: bool = typer.Option(False, "--json", help=
         vector = conn.execute("select extversion from pg_extension where extname = 'vector'").fetchone()[0]
         found = extensions(conn)
         skbs = all_skb_names(conn)
+        memory = dict(queries().memory_settings(conn, names=list(PROFILE_SETTINGS)))
     info = {
         "embedded": ctx_.dsn is None, "url": redact_dsn(url),
         "pgdata": str(embedded.pgdata_dir()) if ctx_.dsn is None else None,
         "postgresql": server, "pgvector": vector,
         "extensions": {ext.name: ext.as_dict() for ext in found},
         "schema_revision": current_revision(url), "head_revision": head_revision(), "skbs": skbs,
+        "memory": memory,
     }
     if json_:
         print_json(info)
         return
     info["extensions"] = [ext.describe() for ext in found]
+    info["memory"] = [f"{name} {value}" for name, value in memory.items()]
     for key, value in info.items():
         out.print(f"[bold]{key:>16}[/]  {', '.join(value) if isinstance(value, list) else value}", highlight=False)
 

@@ -26,14 +26,12 @@ from stark_pg.config import home_dir
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
 logging.getLogger("pgserver").setLevel(logging.WARNING)
 
-# Settings applied once to a new cluster: bulk loads and index builds want more WAL and memory
-# than PostgreSQL's defaults, and HNSW indexes of a million vectors (1.5 GB) must fit in shared
-# buffers to answer in milliseconds. shared_buffers takes effect on the restart that follows.
+# Settings applied once to a new cluster: bulk loads and index builds want more WAL than
+# PostgreSQL's defaults; memory comes from one profile sized to the machine (stark_pg/db/profile.py).
+# shared_buffers takes effect on the restart that follows.
 # Not synchronous_commit = off: it let a commit (a whole load) be reported before it was on disk.
 _TUNING = {
     "max_wal_size": "4GB",
-    "maintenance_work_mem": "512MB",
-    "work_mem": "64MB",
     "checkpoint_timeout": "5min",   # bounds the WAL a crash leaves to replay (it was 15min: 12.8 s of recovery)
 }
 
@@ -58,6 +56,10 @@ def start() -> EmbeddedServer:
     # pgserver needs the parent directory to exist; the data directory it creates itself.
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     fresh = not (pgdata / "PG_VERSION").exists()
+    if fresh:
+        from stark_pg.db.profile import machine_profile
+
+        machine_profile()           # a bad STARK_PG_MEMORY_MB stops here, before a cluster exists
     _check_pid_file(pgdata)
     _forget_stopped_handle(pgdata)
     try:
@@ -136,19 +138,13 @@ def _write_if_different(path: Path, text: str) -> bool:
     return True
 
 
-def _shared_buffers() -> str:
-    """A quarter of the machine's memory, between PostgreSQL's default 128 MB and 8 GB."""
-    import psutil
-
-    quarter_mb = psutil.virtual_memory().total // 4 // (1 << 20)
-    return f"{max(128, min(quarter_mb, 8192))}MB"
-
-
 def _tune(uri: str) -> None:
     import psycopg
 
+    from stark_pg.db.profile import machine_profile
+
     with psycopg.connect(uri, autocommit=True) as conn:
-        for name, value in (_TUNING | {"shared_buffers": _shared_buffers()}).items():
+        for name, value in (_TUNING | machine_profile()).items():
             conn.execute(f"alter system set {name} = '{value}'")
 
 
