@@ -15,7 +15,8 @@ Then, on SKB `vec-N`:
 - filtered search, one SKB of two: the per-SKB partial HNSW index (what stark-pg builds) against one
   HNSW index over both SKBs filtered by skb_id with pgvector 0.8's iterative scans (off, relaxed_order,
   strict_order); and one node type within the SKB (the partial index, iterative scan off vs relaxed).
-Prints a table, writes JSON and (with matplotlib) a PNG of recall against p50 latency into --out.
+Prints a table, writes JSON and (with matplotlib) a PNG of recall against p50 latency into --out;
+`--parts indexes` or `--parts filter` runs one half.
 Not a test: run by hand. Use a server of your own (STARK_PG_HOME or STARK_PG_DSN): it adds SKBs.
 """
 
@@ -211,10 +212,12 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("-k", type=int, default=10)
     parser.add_argument("--ef", default="10,20,40,64,100,200,400", help="search list sizes to sweep")
-    parser.add_argument("--no-filter", action="store_true", help="skip the filtered-search comparison (second SKB)")
+    parser.add_argument("--parts", default="indexes,filter",
+                        help="indexes (build and sweep each kind), filter (partial per SKB vs one index, second SKB)")
     parser.add_argument("--out", type=Path, default=Path("vector-benchmark"))
     args = parser.parse_args()
     efs = [int(x) for x in args.ef.split(",")]
+    parts = set(args.parts.split(","))
     k = args.k
     args.out.mkdir(parents=True, exist_ok=True)
     report: dict = {"nodes": args.nodes, "dim": args.dim, "queries": args.queries, "k": k}
@@ -222,7 +225,7 @@ def main() -> None:
         conn.execute("set maintenance_work_mem = '1GB'")
         name = f"vec-{args.nodes}"
         skb_ids = [ensure_skb(conn, name, args.nodes, 7)]
-        if not args.no_filter:
+        if "filter" in parts:
             skb_ids.append(ensure_skb(conn, f"{name}-b", args.nodes, 8))
         tables = ensure_model(conn, args.dim)
         for i, s in enumerate(skb_ids):
@@ -249,7 +252,7 @@ def main() -> None:
         print(f"exact: {report['exact_sql']}  numpy: {report['numpy_bruteforce']}", flush=True)
 
         report["indexes"] = []
-        for label, section, method, m, efc in CONFIGS:
+        for label, section, method, m, efc in CONFIGS if "indexes" in parts else []:
             if method == "diskann" and not report["pgvectorscale"]:
                 print("notice: vectorscale is not available on this server: no DiskANN", flush=True)
                 continue
@@ -265,13 +268,14 @@ def main() -> None:
             report["indexes"].append(entry)
             print(json.dumps(entry), flush=True)
         drop_indexes(conn, tables, skb_ids)
-        if not args.no_filter:
+        if "filter" in parts:
             report["filtered"] = filtered(conn, tables, skb_ids, queries, truth, k, ef=100)
             print(json.dumps(report["filtered"], indent=1), flush=True)
 
     (args.out / "vector_benchmark.json").write_text(json.dumps(report, indent=2) + "\n")
     print_table(report)
-    plot(report, args.out / "vector_benchmark.png")
+    if report["indexes"]:
+        plot(report, args.out / "vector_benchmark.png")
 
 
 def print_table(report: dict) -> None:

@@ -36,26 +36,31 @@ def unit_vectors(rng, centers, n):
     return (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
 
 
-@pytest.fixture(scope="module")
-def skb_url(server_url, template_db):
+def prepare(url: str, nodes: int = 3000) -> None:
+    """SKB `syn` with pseudo-model vectors whose hashes are those of the documents a build renders."""
     from loaders.synthetic import SyntheticSource
     from stark_pg.skb.store import load_skb
 
+    with connect(url) as conn:
+        load_skb(conn, SyntheticSource(nodes=nodes, seed=11, queries=0, edges_per_node=1), name="syn")
+        row = queries().register_model(conn, name=MODEL, dim=DIM)
+        tables = ModelTables(row[0], MODEL, *row[1:])
+        conn.execute(statement("create_tables", tables))
+        ids = [r[0] for r in conn.execute("select node_id from stark.node where skb_id = stark.skb_id('syn') "
+                                          "order by node_id")]
+        rng = np.random.default_rng(0)
+        vectors = unit_vectors(rng, rng.standard_normal((200, DIM)), len(ids))
+        conn.execute(pgsql.SQL(   # nothing is stale: a build embeds nothing and never loads a model
+            "insert into {} (skb_id, node_id, doc_hash, vec) "
+            "select stark.skb_id('syn'), u.id, md5(stark.render_document(stark.skb_id('syn'), u.id, true, 25)), u.v "
+            "from unnest(%s::bigint[], %s::vector[]) u(id, v)").format(pgsql.Identifier("stark", tables.doc_table)),
+            (ids, list(vectors)))
+
+
+@pytest.fixture(scope="module")
+def skb_url(server_url, template_db):
     with cloned_database(server_url, template_db, "stark_vecidx") as url:
-        with connect(url) as conn:
-            load_skb(conn, SyntheticSource(nodes=3000, seed=11, queries=0, edges_per_node=1), name="syn")
-            row = queries().register_model(conn, name=MODEL, dim=DIM)
-            tables = ModelTables(row[0], MODEL, *row[1:])
-            conn.execute(statement("create_tables", tables))
-            ids = [r[0] for r in conn.execute("select node_id from stark.node where skb_id = stark.skb_id('syn') "
-                                              "order by node_id")]
-            rng = np.random.default_rng(0)
-            vectors = unit_vectors(rng, rng.standard_normal((200, DIM)), len(ids))
-            conn.execute(pgsql.SQL(   # hashes of the documents a build renders: nothing is stale, nothing embedded
-                "insert into {} (skb_id, node_id, doc_hash, vec) "
-                "select stark.skb_id('syn'), u.id, md5(stark.render_document(stark.skb_id('syn'), u.id, true, 25)), u.v "
-                "from unnest(%s::bigint[], %s::vector[]) u(id, v)").format(pgsql.Identifier("stark", tables.doc_table)),
-                (ids, list(vectors)))
+        prepare(url)
         yield url
 
 
@@ -234,6 +239,34 @@ def test_diskann_index_where_vectorscale_exists(conn, data):
     assert build(conn)["indexes_built"] == []                               # the settings are kept
     build(conn, index="hnsw")                                               # back, for the other tests
     assert name not in catalog(conn)
+
+
+def test_diskann_where_vectorscale_cannot_be_created_is_hnsw_with_a_notice(db_url):
+    """A role that may build indexes but not create the (untrusted) vectorscale extension, in a database
+    that does not have it yet: as on a managed server without pgvectorscale."""
+    import uuid
+
+    from psycopg.conninfo import make_conninfo
+
+    prepare(db_url, nodes=300)
+    role = f"vec_nosuper_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(db_url, autocommit=True) as admin:
+        admin.execute(pgsql.SQL("create role {} login").format(pgsql.Identifier(role)))
+        admin.execute(pgsql.SQL("grant postgres to {}").format(pgsql.Identifier(role)))   # owns what postgres owns
+    try:
+        with connect(make_conninfo(db_url, options=f"-c role={role}")) as conn:     # SET ROLE at the start
+            assert conn.execute("select current_user").fetchone()[0] == role
+            assert not conn.execute("select rolsuper from pg_roles where rolname = current_user").fetchone()[0]
+            report = build(conn, index="diskann")
+            assert report["notices"] == ["vectorscale (pgvectorscale) is not available on this server: "
+                                         "built HNSW instead of DiskANN"]
+            assert report["index"]["index"] == "hnsw"
+            assert {v[0] for v in catalog(conn).values()} == {"hnsw"}
+            assert conn.execute("select count(*) from pg_extension where extname = 'vectorscale'").fetchone()[0] == 0
+    finally:
+        with psycopg.connect(db_url, autocommit=True) as admin:
+            admin.execute(pgsql.SQL("drop owned by {}").format(pgsql.Identifier(role)))
+            admin.execute(pgsql.SQL("drop role {}").format(pgsql.Identifier(role)))
 
 
 # --- bad values ---------------------------------------------------------------------------------

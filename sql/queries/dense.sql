@@ -27,9 +27,6 @@ select node_id, score from stark.vss(:skb, :embedding, cast(:k as int), :model, 
 -- name: multivss_top(skb, embedding, k, model, agg, top, pool, exact)
 select node_id, score from stark.multivss(:skb, :embedding, cast(:k as int), :model, :agg, :top, :pool, :exact);
 
--- name: existing_indexes(names)
-select indexname from pg_indexes where schemaname = 'stark' and indexname = any(:names);
-
 -- name: vector_indexes(names)
 -- The vector indexes of these names: access method, storage (vector or halfvec), and the
 -- HNSW build settings from their reloptions (NULL for DiskANN).

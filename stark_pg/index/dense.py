@@ -170,7 +170,7 @@ def build_dense(conn: psycopg.Connection, skb_name: str, model: str | None = Non
     relation chunks; `chunk_chars` the length of field pieces. Changing any of them changes the texts,
     so the next build re-embeds what they affect. `index`, `storage`, `m` and `ef_construction` shape
     the vector indexes (IndexSettings; None: as the last build of this SKB and model, else defaults);
-    bad values raise OptionError before anything is done. Returns counts per kind, the index settings,
+    bad values raise OptionError before any vector is embedded. Returns counts per kind, the index settings,
     notices (e.g. DiskANN asked for where vectorscale is missing) and the seconds taken.
     Holds the SKB name's lock throughout: builds and loads of one name queue.
     """
