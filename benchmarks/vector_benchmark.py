@@ -16,7 +16,7 @@ Then, on SKB `vec-N`:
   HNSW index over both SKBs filtered by skb_id with pgvector 0.8's iterative scans (off, relaxed_order,
   strict_order); and one node type within the SKB (the partial index, iterative scan off vs relaxed).
 Prints a table, writes JSON and (with matplotlib) a PNG of recall against p50 latency into --out;
-`--parts indexes` or `--parts filter` runs one half.
+`--parts indexes` or `--parts filter` runs one half, `--kinds hnsw,halfvec` some of the indexes.
 Not a test: run by hand. Use a server of your own (STARK_PG_HOME or STARK_PG_DSN): it adds SKBs.
 """
 
@@ -42,12 +42,12 @@ from stark_pg.index.dense import ModelTables, statement, vector_index_name  # no
 from stark_pg.resources import queries as sql  # noqa: E402
 
 MODEL = "clustered-unit-{dim}"
-CONFIGS = [  # label, template section, index method, m, ef_construction
-    ("hnsw m16 efc64", "create_hnsw_index", "hnsw", 16, 64),
-    ("hnsw m32 efc128", "create_hnsw_index", "hnsw", 32, 128),
-    ("halfvec hnsw m16 efc64", "create_hnsw_halfvec_index", "hnsw", 16, 64),
-    ("diskann", "create_diskann_index", "diskann", None, None),
-]
+CONFIGS = {  # --kinds name: (label, template section, index method, m, ef_construction)
+    "hnsw": ("hnsw m16 efc64", "create_hnsw_index", "hnsw", 16, 64),
+    "hnsw-m32": ("hnsw m32 efc128", "create_hnsw_index", "hnsw", 32, 128),
+    "halfvec": ("halfvec hnsw m16 efc64", "create_hnsw_halfvec_index", "hnsw", 16, 64),
+    "diskann": ("diskann", "create_diskann_index", "diskann", None, None),
+}
 
 
 def find_skb(conn, name: str) -> int | None:
@@ -212,6 +212,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("-k", type=int, default=10)
     parser.add_argument("--ef", default="10,20,40,64,100,200,400", help="search list sizes to sweep")
+    parser.add_argument("--kinds", default=",".join(CONFIGS), help="indexes to build and sweep: " + ", ".join(CONFIGS))
     parser.add_argument("--parts", default="indexes,filter",
                         help="indexes (build and sweep each kind), filter (partial per SKB vs one index, second SKB)")
     parser.add_argument("--out", type=Path, default=Path("vector-benchmark"))
@@ -252,7 +253,8 @@ def main() -> None:
         print(f"exact: {report['exact_sql']}  numpy: {report['numpy_bruteforce']}", flush=True)
 
         report["indexes"] = []
-        for label, section, method, m, efc in CONFIGS if "indexes" in parts else []:
+        kinds = [CONFIGS[kind] for kind in args.kinds.split(",")] if "indexes" in parts else []
+        for label, section, method, m, efc in kinds:
             if method == "diskann" and not report["pgvectorscale"]:
                 print("notice: vectorscale is not available on this server: no DiskANN", flush=True)
                 continue

@@ -19,7 +19,8 @@ def index(
     name: str = typer.Argument(..., help="The SKB to index."),
     lexical: bool = typer.Option(True, "--lexical/--no-lexical", help="BM25 postings (whole document, name, "
                                                                       "each text field)."),
-    dense: bool = typer.Option(True, "--dense/--no-dense", help="Embeddings with an HNSW index."),
+    dense: bool = typer.Option(True, "--dense/--no-dense",
+                               help="Embeddings with a vector index (HNSW, or DiskANN: --vector-index)."),
     model: str = typer.Option(None, "--model", help="sentence-transformers model name or path "
                                                     "(default all-MiniLM-L6-v2, offline from its PyPI package)."),
     multi_vector: bool = typer.Option(True, "--multi-vector/--no-multi-vector",
