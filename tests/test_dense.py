@@ -307,6 +307,31 @@ def test_hnsw_agrees_with_exact_search_and_is_used(generated):
     assert index_scans(conn, index) >= before + len(QUERIES)                  # the partial HNSW index did the work
 
 
+def test_the_ef_search_option_goes_to_the_index_search(generated):
+    """`-o ef_search=N` (vss, hybrid, multivss): the search runs with hnsw.ef_search = N (SET LOCAL in its
+    transaction, through stark.ef_search), and only there; a larger list agrees with exact search."""
+    from stark_pg.index.lexical import build_lexical
+    from stark_pg.retrieve import hybrid
+
+    conn, _ = generated
+    build_lexical(conn, "gen")                    # for hybrid
+    before = conn.execute("show hnsw.ef_search").fetchone()[0]
+    conn.execute("set enable_sort = off")
+    try:
+        for q in QUERIES[:4]:
+            wide = vss.search(conn, "gen", q, 10, vss.Options(ef_search=400))
+            narrow = vss.search(conn, "gen", q, 10, vss.Options(ef_search=1))
+            exact = vss.search(conn, "gen", q, 10, vss.Options(exact=True))
+            assert wide.node_ids == exact.node_ids and len(narrow.hits) == 10
+            assert wide.trace["ef_search"] == 400
+            assert len(hybrid.search(conn, "gen", q, 5, hybrid.Options(ef_search=20)).hits) == 5
+            assert len(multivss.search(conn, "gen", q, 5, multivss.Options(ef_search=20)).hits) == 5
+    finally:
+        conn.execute("reset enable_sort")
+    assert conn.execute("select current_setting('stark.ef_search', true)").fetchone()[0] in ("", None)
+    assert conn.execute("show hnsw.ef_search").fetchone()[0] == before
+
+
 def test_the_planner_takes_hnsw_where_exact_search_costs_more(conn):
     """stark.vss goes through the SKB's partial HNSW index, by the planner's own choice, once the SKB is
     large: 10,000 vectors here. (On PostgreSQL 18 with pgvector 0.8 and stark.vss's ef_search of 100,

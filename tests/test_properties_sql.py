@@ -327,6 +327,13 @@ FUNCTIONS = {
     "multivss": (["text", "vector", "int", "text", "text", "int", "int", "boolean"],
                  [names, vectors, ints, models, st.sampled_from(["max", "mean", "sum", None]), ints, ints, bools]),
     "node_vector": (["text", "bigint", "text"], [names, nodes, models]),
+    "vector_index": (["text", "int"], [st.sampled_from(["emb_doc_1", "emb_chunk_1", "node", "nope", "", None]),
+                                       skb_ids]),
+    "vector_distance": (["text", "text", "int"], [texts, st.sampled_from(["vector", "halfvec", "x", None]), ints]),
+    "vector_search_settings": (["text", "int"], [st.sampled_from(["hnsw", "diskann", "x", None]), ints]),
+    "vector_search_restore": (["text[]"], [st.one_of(st.none(), st.lists(st.sampled_from(
+        ["hnsw.ef_search", "hnsw.iterative_scan", "diskann.query_search_list_size", "work_mem", "40", "0",
+         "relaxed_order", "strict_order", "x", ""]), max_size=6))]),
     "hybrid": (["text", "text", "vector", "int", "text", "float8", "int", "int", "text"],
                [names, texts, vectors, ints, st.sampled_from(["rrf", "weighted", "x", None]), floats, ints, ints,
                 models]),

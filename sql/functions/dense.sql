@@ -100,17 +100,104 @@ comment on function stark.dense_target(text, text, vector, boolean) is
     'Internal: resolves an SKB and a model to the vector table to search, with helpful errors.';
 
 -- ---------------------------------------------------------------------------------------------
+-- The approximate index over one SKB's vectors in table `tbl`, as `stark-pg index` built it (its
+-- settings: --vector-index, --storage, --hnsw-m, --hnsw-ef-construction): method 'hnsw' or 'diskann'
+-- (pgvectorscale), storage 'vector' (single precision) or 'halfvec' (the index holds half-precision
+-- copies, `vec::halfvec(dim)`; the table keeps single precision), and the vectors' dimension. All
+-- NULL when the SKB has no such index (searches are then exact scans). Read from the catalog, so it is
+-- what exists, not what was asked for.
+create or replace function stark.vector_index(tbl text, skb int, out method text, out storage text, out dim int)
+language sql stable as $$
+    select a.amname::text,
+           case when format_type(o.opcintype, null) = 'halfvec' then 'halfvec' else 'vector' end,
+           (select c.atttypmod from pg_attribute c where c.attrelid = x.indrelid and c.attname = 'vec')
+    from pg_class i
+    join pg_namespace n on n.oid = i.relnamespace and n.nspname = 'stark'
+    join pg_index x on x.indexrelid = i.oid
+    join pg_am a on a.oid = i.relam
+    join pg_opclass o on o.oid = x.indclass[0]
+    where i.relname in (tbl || '_hnsw__skb' || skb, tbl || '_diskann__skb' || skb)
+    order by i.relname
+    limit 1
+$$;
+comment on function stark.vector_index(text, int) is
+    'Internal: the HNSW or DiskANN index over one SKB''s vectors in a vector table (method, storage, dim), or NULLs.';
+
+-- The distance expression ordering rows of alias `a` by an index of that storage: `a.vec <=> $1`, or
+-- over half precision `a.vec::halfvec(dim) <=> $1::halfvec(dim)` (the very expression of the index, or
+-- PostgreSQL would not use it).
+create or replace function stark.vector_distance(a text, storage text, dim int) returns text
+language sql immutable as $$
+    select case when storage = 'halfvec' and dim > 0
+                then format('%1$I.vec::halfvec(%2$s) <=> $1::halfvec(%2$s)', a, dim)
+                else format('%I.vec <=> $1', a) end
+$$;
+comment on function stark.vector_distance(text, text, int) is
+    'Internal: the cosine-distance expression to order by for an index over vector or halfvec storage.';
+
+-- The size of the candidate list an index search keeps (HNSW's hnsw.ef_search, DiskANN's
+-- diskann.query_search_list_size): the session's `stark.ef_search` when set (what `-o ef_search=N`
+-- does with SET LOCAL in the search transaction; 1 to 1000), else max(`at_least`, 100, the current
+-- setting). Set for the transaction (set_config(..., true), as SET LOCAL); HNSW scans become iterative
+-- (hnsw.iterative_scan = relaxed_order), so a list smaller than the rows asked for still yields them.
+-- Returns the settings to restore afterwards (stark.vector_search_restore).
+create or replace function stark.vector_search_settings(method text, at_least int) returns text[]
+language plpgsql as $$
+declare
+    raw text := nullif(current_setting('stark.ef_search', true), '');
+    wanted int;
+    knob text := case when method = 'diskann' then 'diskann.query_search_list_size' else 'hnsw.ef_search' end;
+    saved text[] := array[knob, coalesce(current_setting(knob, true), case when method = 'diskann' then '100' else '40' end),
+                          'hnsw.iterative_scan', coalesce(current_setting('hnsw.iterative_scan', true), 'off')];
+begin
+    if raw is not null then
+        if raw !~ '^\s*[0-9]{1,4}\s*$' or raw::int not between 1 and 1000 then
+            raise exception 'stark.ef_search must be an integer from 1 to 1000, not %', quote_literal(raw)
+                using errcode = 'invalid_parameter_value';
+        end if;
+        wanted := raw::int;
+    else
+        wanted := greatest(at_least, 100, coalesce(nullif(saved[2], '')::int, 40));
+    end if;
+    perform set_config(knob, least(wanted, 1000)::text, true);
+    if method is distinct from 'diskann' then
+        perform set_config('hnsw.iterative_scan', 'relaxed_order', true);
+    end if;
+    return saved;
+end
+$$;
+comment on function stark.vector_search_settings(text, int) is
+    'Internal: sets the index search list size (stark.ef_search, or at least at_least) for the transaction; returns what to restore.';
+
+create or replace function stark.vector_search_restore(saved text[]) returns void
+language plpgsql as $$
+begin
+    for i in 1 .. coalesce(array_length(saved, 1), 0) / 2 loop
+        if saved[2 * i - 1] in ('hnsw.ef_search', 'hnsw.iterative_scan', 'diskann.query_search_list_size') then
+            perform set_config(saved[2 * i - 1], saved[2 * i], true);
+        end if;
+    end loop;
+end
+$$;
+comment on function stark.vector_search_restore(text[]) is
+    'Internal: puts back the settings stark.vector_search_settings changed.';
+
+-- ---------------------------------------------------------------------------------------------
 -- VSS: the k nodes whose document vectors are nearest the query (cosine).
--- By default through the SKB's HNSW index, with hnsw.ef_search raised to max(k, 100) for this call (never
--- lowered; pgvector caps it at 1000, so k > 1000 is answered exactly). exact => true scans every
--- vector of the SKB: the ground truth HNSW is measured against.
+-- By default through the SKB's index (HNSW or DiskANN, over vector or halfvec: stark.vector_index),
+-- with its candidate list (hnsw.ef_search) raised to max(k, 100) for this call, or set to the
+-- session's stark.ef_search (stark.vector_search_settings); pgvector caps it at 1000, so k > 1000 is
+-- answered exactly. The index's candidates are returned by their single-precision similarity (a halfvec
+-- index orders by half precision; the scores are exact). exact => true scans every vector of the SKB:
+-- the ground truth the indexes are measured against.
 create or replace function stark.vss(skb_name text, query vector, k int default 10,
                                      model text default 'all-MiniLM-L6-v2', exact boolean default false)
 returns table (node_id bigint, score double precision)
 language plpgsql stable as $$
 declare
     t record := stark.dense_target(skb_name, model, query, false);
-    saved text := current_setting('hnsw.ef_search', true);
+    ix record;
+    saved text[];
 begin
     if k is null then       -- it goes into the statement's text: NULL would leave `limit` without a number
         raise exception 'vss k must not be NULL' using errcode = 'invalid_parameter_value';
@@ -120,24 +207,27 @@ begin
             'select d.node_id, 1 - (d.vec <=> $1) as score from stark.%I d where d.skb_id = %s '
             'order by score desc, d.node_id limit %s', t.tbl, t.skb, k) using query;
     else
-        perform set_config('hnsw.ef_search', greatest(k, 100, coalesce(saved, '40')::int)::text, true);
+        ix := stark.vector_index(t.tbl, t.skb);
+        saved := stark.vector_search_settings(ix.method, k);
         return query execute format(
-            'select d.node_id, 1 - (d.vec <=> $1) from stark.%I d where d.skb_id = %s '
-            'order by d.vec <=> $1 limit %s', t.tbl, t.skb, k) using query;
-        perform set_config('hnsw.ef_search', coalesce(saved, '40'), true);
+            'select s.node_id, s.score from (select d.node_id, 1 - (d.vec <=> $1) as score from stark.%I d '
+            'where d.skb_id = %s order by %s limit %s) s order by s.score desc, s.node_id',
+            t.tbl, t.skb, stark.vector_distance('d', ix.storage, ix.dim), k) using query;
+        perform stark.vector_search_restore(saved);
     end if;
 end
 $$;
 comment on function stark.vss(text, vector, int, text, boolean) is
-    'Top-k nodes of the named SKB by cosine similarity of their document vector to `query` (HNSW, or exact).';
+    'Top-k nodes of the named SKB by cosine similarity of their document vector to `query` (HNSW/DiskANN, or exact).';
 
 -- ---------------------------------------------------------------------------------------------
 -- Multi-VSS (STaRK's multi-vector baseline): a node's score aggregates the similarities of its chunks,
 -- agg => 'max' (its best chunk) or 'mean' (the mean of its `top` best chunks; fewer if it has fewer).
 -- Candidates: the nodes owning the `pool` chunks nearest the query (default k * 20, through the SKB's
--- chunk HNSW index, at most 1000 since hnsw.ef_search is capped there); every chunk of every candidate
--- is then scored exactly, so a candidate's aggregate never depends on which of its chunks the index
--- happened to return. exact => true makes every node of the SKB a candidate.
+-- chunk index, at most 1000 since hnsw.ef_search is capped there; its candidate list as for stark.vss,
+-- at least `pool`); every chunk of every candidate is then scored exactly, so a candidate's aggregate
+-- never depends on which of its chunks the index happened to return. exact => true makes every node of
+-- the SKB a candidate.
 create or replace function stark.multivss(skb_name text, query vector, k int default 10,
                                           model text default 'all-MiniLM-L6-v2', agg text default 'max',
                                           top int default 3, pool int default null, exact boolean default false)
@@ -145,7 +235,8 @@ returns table (node_id bigint, score double precision)
 language plpgsql stable as $$
 declare
     t record;
-    saved text := current_setting('hnsw.ef_search', true);
+    ix record;
+    saved text[];
     n_pool int := least(coalesce(pool, k * 20), 1000);
     candidates text;
 begin
@@ -162,9 +253,11 @@ begin
     if exact then
         candidates := format('select distinct c.node_id from stark.%I c where c.skb_id = %s', t.tbl, t.skb);
     else
-        perform set_config('hnsw.ef_search', greatest(n_pool, coalesce(saved, '40')::int)::text, true);
+        ix := stark.vector_index(t.tbl, t.skb);
+        saved := stark.vector_search_settings(ix.method, n_pool);
         candidates := format('select distinct p.node_id from (select c.node_id from stark.%I c where c.skb_id = %s '
-                             'order by c.vec <=> $1 limit %s) p', t.tbl, t.skb, n_pool);
+                             'order by %s limit %s) p', t.tbl, t.skb, stark.vector_distance('c', ix.storage, ix.dim),
+                             n_pool);
     end if;
     return query execute format(
         'with cand as materialized (%s), '
@@ -174,7 +267,7 @@ begin
         'select s.node_id, case when $2 = ''max'' then max(s.s) else avg(s.s) filter (where s.r <= $3) end as score '
         'from scored s group by s.node_id order by score desc, s.node_id limit %s',
         candidates, t.tbl, t.skb, k) using query, agg, top;
-    perform set_config('hnsw.ef_search', coalesce(saved, '40'), true);
+    perform stark.vector_search_restore(saved);
 end
 $$;
 comment on function stark.multivss(text, vector, int, text, text, int, int, boolean) is

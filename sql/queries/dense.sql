@@ -27,8 +27,24 @@ select node_id, score from stark.vss(:skb, :embedding, cast(:k as int), :model, 
 -- name: multivss_top(skb, embedding, k, model, agg, top, pool, exact)
 select node_id, score from stark.multivss(:skb, :embedding, cast(:k as int), :model, :agg, :top, :pool, :exact);
 
--- name: existing_indexes(names)
-select indexname from pg_indexes where schemaname = 'stark' and indexname = any(:names);
+-- name: vector_indexes(names)
+-- The vector indexes of these names: access method, storage (vector or halfvec), and the
+-- HNSW build settings from their reloptions (NULL for DiskANN).
+select i.relname, a.amname,
+       case when format_type(o.opcintype, null) = 'halfvec' then 'halfvec' else 'vector' end as storage,
+       (select substring(r from '^m=([0-9]+)$')::int from unnest(i.reloptions) r where starts_with(r, 'm=')) as m,
+       (select substring(r from '^ef_construction=([0-9]+)$')::int from unnest(i.reloptions) r
+        where starts_with(r, 'ef_construction=')) as ef_construction
+from pg_class i
+join pg_namespace n on n.oid = i.relnamespace and n.nspname = 'stark'
+join pg_index x on x.indexrelid = i.oid
+join pg_am a on a.oid = i.relam
+join pg_opclass o on o.oid = x.indclass[0]
+where i.relname = any(:names);
+
+-- name: build_settings(skb_id, model_id)$
+-- The settings of the last build of an SKB with a model (NULL if none): a re-run reuses its index settings.
+select settings from stark.embedding_build where skb_id = :skb_id and model_id = :model_id;
 
 -- name: builds_of_skb(skb_id)
 -- The models an SKB has vectors of, with the settings of their last build (a replacing load

@@ -11,11 +11,13 @@ select pg_reload_conf();
 -- name: extensions(names)
 -- The extensions asked about (in that order): the version the server offers (null: not on the server)
 -- and the one created in this database (null: not created), and whether the library is in
--- shared_preload_libraries (pg_textsearch only loads from there).
+-- shared_preload_libraries (pg_textsearch only loads from there; null where this role may not read
+-- that setting: pg_settings hides it, where current_setting() would raise).
 select n.name,
        e.default_version as available,
        e.installed_version as installed,
-       n.name = any (string_to_array(replace(current_setting('shared_preload_libraries'), ' ', ''), ',')) as preloaded
+       n.name = any (string_to_array(replace((select s.setting from pg_settings s
+                                              where s.name = 'shared_preload_libraries'), ' ', ''), ',')) as preloaded
 from unnest(cast(:names as text[])) with ordinality as n(name, ord)
 left join pg_available_extensions e on e.name = n.name
 order by n.ord;

@@ -25,9 +25,21 @@ create table if not exists {chunk} (
 );
 
 -- name: create_hnsw_index
--- One partial HNSW index per (table, SKB); named `..__skb<id>` so stark.delete_skb_rows drops it.
+-- One partial index per (table, SKB); named `..__skb<id>` so stark.delete_skb_rows drops it
+-- (`<table>_hnsw__skb<id>` for HNSW, `<table>_diskann__skb<id>` for DiskANN: stark.vector_index).
 create index if not exists {index} on {table} using hnsw (vec vector_cosine_ops)
     with (m = {m}, ef_construction = {ef_construction}) where skb_id = {skb};
+
+-- name: create_hnsw_halfvec_index
+-- storage=halfvec: the index holds half-precision copies (half the size); searches order by the same
+-- expression (stark.vector_distance) and score with the table's single-precision vectors.
+create index if not exists {index} on {table} using hnsw ((vec::halfvec({dim})) halfvec_cosine_ops)
+    with (m = {m}, ef_construction = {ef_construction}) where skb_id = {skb};
+
+-- name: create_diskann_index
+-- index=diskann (pgvectorscale): its defaults (num_neighbors 50, search_list_size 100, SBQ-compressed
+-- memory_optimized layout); searches set diskann.query_search_list_size as HNSW's hnsw.ef_search.
+create index if not exists {index} on {table} using diskann (vec vector_cosine_ops) where skb_id = {skb};
 
 -- name: delete_gone_documents
 delete from {doc} d

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from stark_pg.cli.common import fail, out, print_json, reporter, state
+from stark_pg.cli.common import err, fail, out, print_json, reporter, state
 from stark_pg.retrieve import METHODS
 
 
@@ -19,7 +19,8 @@ def index(
     name: str = typer.Argument(..., help="The SKB to index."),
     lexical: bool = typer.Option(True, "--lexical/--no-lexical", help="BM25 postings (whole document, name, "
                                                                       "each text field)."),
-    dense: bool = typer.Option(True, "--dense/--no-dense", help="Embeddings with an HNSW index."),
+    dense: bool = typer.Option(True, "--dense/--no-dense",
+                               help="Embeddings with a vector index (HNSW, or DiskANN: --vector-index)."),
     model: str = typer.Option(None, "--model", help="sentence-transformers model name or path "
                                                     "(default all-MiniLM-L6-v2, offline from its PyPI package)."),
     multi_vector: bool = typer.Option(True, "--multi-vector/--no-multi-vector",
@@ -37,6 +38,17 @@ def index(
                                                     "the CPU. Vectors are stored as float32 either way."),
     batch_size: int = typer.Option(32, "--batch-size", help="Texts per forward pass of the embedding model "
                                                             "(32 suits a CPU; a GPU takes hundreds)."),
+    vector_index: str = typer.Option(None, "--vector-index", help="hnsw (pgvector) or diskann (pgvectorscale; "
+                                                                  "HNSW with a notice where it is missing). "
+                                                                  "Default: as the last build, else hnsw."),
+    storage: str = typer.Option(None, "--storage", help="vector (single precision) or halfvec (a half-precision "
+                                                        "HNSW index, half the size). Default: as the last build, "
+                                                        "else vector."),
+    hnsw_m: int = typer.Option(None, "--hnsw-m", help="HNSW links per node, 2-100. Default: as the last build, "
+                                                      "else 16."),
+    hnsw_ef_construction: int = typer.Option(None, "--hnsw-ef-construction",
+                                             help="HNSW build candidate list, 4-1000 and at least 2 * m. Default: "
+                                                  "as the last build, else 64."),
     json_: bool = typer.Option(False, "--json", help="Print what was (re)built as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -45,6 +57,8 @@ def index(
     Incremental and resumable: a re-run only indexes nodes that are new or whose text changed, and
     removes what belongs to nodes that are gone.
     """
+    from stark_pg.options import OptionError
+
     if batch_size < 1:
         fail(f"--batch-size {batch_size}: must be at least 1")
     if dense:
@@ -56,6 +70,14 @@ def index(
             fail(str(exc))
     progress = reporter(quiet or json_)
     report: dict = {}
+    if dense:
+        from stark_pg.index.dense import IndexSettings
+
+        try:        # bad values fail before anything is built (a build resolves them against the last one)
+            IndexSettings.resolve(None, index=vector_index, storage=storage, m=hnsw_m,
+                                  ef_construction=hnsw_ef_construction)
+        except OptionError as exc:
+            fail(str(exc))
     with state(ctx).connect() as conn:
         if lexical:
             from stark_pg.index.lexical import build_lexical, relation_scopes
@@ -66,9 +88,15 @@ def index(
         if dense:
             from stark_pg.index.dense import BATCH_SIZE, build_dense
 
-            report["dense"] = build_dense(conn, name, model=model, multi_vector=multi_vector, progress=progress,
-                                          device=device, half=half, encode_batch=batch_size,
-                                          batch_size=max(BATCH_SIZE, batch_size))
+            try:
+                report["dense"] = build_dense(conn, name, model=model, multi_vector=multi_vector, progress=progress,
+                                              index=vector_index, storage=storage, m=hnsw_m,
+                                              ef_construction=hnsw_ef_construction, device=device, half=half,
+                                              encode_batch=batch_size, batch_size=max(BATCH_SIZE, batch_size))
+            except OptionError as exc:
+                fail(str(exc))
+            for notice in report["dense"]["notices"]:
+                err.print(f"notice: {notice}", highlight=False)
     if json_:
         print_json(report)
         return
@@ -85,8 +113,11 @@ def index(
                  for kind, c in ((k, dense_report.get(k)) for k in ("documents", "chunks")) if c]
         encoding = dense_report["encoding"]
         how = f", {encoding['device']}, {encoding['precision']}" if encoding else ""
+        settings = dense_report["index"]
+        kind = (f"{settings['index'].upper()}" + (f" (m={settings['m']}, ef_construction={settings['ef_construction']}"
+                                                  f", {settings['storage']})" if settings["index"] == "hnsw" else ""))
         out.print(f"dense ({dense_report['model']}{how}): {'; '.join(parts)}; "
-                  f"{len(dense_report.get('indexes_built', []))} HNSW indexes built in {dense_report['seconds']:.1f} s",
+                  f"{len(dense_report.get('indexes_built', []))} {kind} indexes built in {dense_report['seconds']:.1f} s",
                   highlight=False)
 
 

@@ -2,9 +2,10 @@
 
 `vector` (pgvector) is required: migration 0001 creates it and every embedding table needs it.
 `pg_textsearch` (a BM25 index) and `vectorscale` (DiskANN) are optional: the embedded server ships
-both, an external server (by DSN, docker) may lack them, and nothing stark-pg does today needs them,
-so no migration creates them; `stark-pg db status` reports them so a user can see what their server
-can do. The embedded package also ships `age` and `http`; stark-pg never creates `http` (outbound HTTP
+both, an external server (by DSN, docker) may lack them, so no migration creates them; `stark-pg db
+status` reports them so a user can see what their server can do. `stark-pg index --vector-index
+diskann` creates `vectorscale` when the server has it and builds HNSW with a notice where it does not
+(stark_pg.index.dense). The embedded package also ships `age` and `http`; stark-pg never creates `http` (outbound HTTP
 from SQL), and does not report it.
 """
 

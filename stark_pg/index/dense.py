@@ -9,12 +9,18 @@ Why it is built this way:
   unchanged data embeds nothing and does not even load the model.
 - Resumable: embedding goes in batches, each committed on its own, so an interrupted build keeps what
   it finished. Because of that, `build_dense` commits: call it outside a transaction of your own.
-- The HNSW indexes are partial, one per (table, SKB), and created after the bulk embedding (building
+- The vector indexes are partial, one per (table, SKB), and created after the bulk embedding (building
   an index once is much faster than inserting thousands of vectors into one). A few changed vectors
   go into the existing index; when more than half of an SKB's vectors are to be (re)embedded, its
   index is dropped first and rebuilt at the end, since an HNSW graph that has had most of its
   vectors replaced answers worse than a fresh one (searches meanwhile are exact scans). Their names end in `__skb<id>`, so `stark.delete_skb_rows` (dropping or
   replacing an SKB) drops them along with the SKB's rows.
+- Index settings (`IndexSettings`: HNSW or pgvectorscale's DiskANN, vector or halfvec storage, HNSW's m
+  and ef_construction) are stored with the build (stark.embedding_build.settings); a build that is not
+  given them reuses the last ones (a plain re-run, a refresh after a replacing load), and an index
+  whose method, storage or settings differ from the wanted ones is dropped and rebuilt.
+- Partial indexes per SKB rather than one index per table filtered by skb_id with pgvector 0.8's
+  iterative scans: measured in benchmarks/vector_benchmark.py (README: Vector indexes).
 """
 
 from __future__ import annotations
@@ -22,12 +28,13 @@ from __future__ import annotations
 import json
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields, replace
 
 import psycopg
 from psycopg import sql as pgsql
 
 from stark_pg import embed
+from stark_pg.options import OptionError
 from stark_pg.progress import NullReporter, Reporter, rate_text
 from stark_pg.resources import queries, template_sections
 from stark_pg.skb.catalog import require_skb
@@ -60,6 +67,60 @@ def statement(name: str, model: ModelTables, **literals) -> pgsql.Composed:
 
 def hnsw_index_name(table: str, skb_id: int) -> str:
     return f"{table}_hnsw__skb{skb_id}"
+
+
+def vector_index_name(table: str, skb_id: int, method: str = "hnsw") -> str:
+    """`<table>_hnsw__skb<id>` or `<table>_diskann__skb<id>` (stark.vector_index looks for both)."""
+    return f"{table}_{method}__skb{skb_id}"
+
+
+VECTOR_INDEXES = ("hnsw", "diskann")
+STORAGES = ("vector", "halfvec")
+
+
+@dataclass(frozen=True)
+class IndexSettings:
+    """How an SKB's vectors are indexed: `stark-pg index --vector-index --storage --hnsw-m --hnsw-ef-construction`.
+
+    index: 'hnsw' (pgvector) or 'diskann' (pgvectorscale; its own defaults, m and ef_construction unused).
+    storage: 'vector' (single precision) or 'halfvec' (the HNSW index holds half-precision copies of
+    the vectors, half the size; the table keeps single precision, so scores stay exact).
+    m, ef_construction: HNSW's graph degree and build candidate list (pgvector: m 2-100,
+    ef_construction 4-1000 and at least 2 * m).
+    """
+
+    index: str = "hnsw"
+    storage: str = "vector"
+    m: int = 16
+    ef_construction: int = 64
+
+    def checked(self) -> "IndexSettings":
+        if self.index not in VECTOR_INDEXES:
+            raise OptionError(f"vector index {self.index!r}: expected one of {', '.join(VECTOR_INDEXES)}")
+        if self.storage not in STORAGES:
+            raise OptionError(f"storage {self.storage!r}: expected one of {', '.join(STORAGES)}")
+        if self.index == "diskann" and self.storage == "halfvec":
+            raise OptionError("storage halfvec: DiskANN indexes single-precision vectors only "
+                              "(it compresses them itself); use --vector-index hnsw or --storage vector")
+        for name, low, high in (("m", 2, 100), ("ef_construction", 4, 1000)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise OptionError(f"HNSW {name} {value!r}: must be an integer from {low} to {high}")
+        if self.ef_construction < 2 * self.m:
+            raise OptionError(f"HNSW ef_construction {self.ef_construction} must be at least 2 * m ({2 * self.m})")
+        return self
+
+    @classmethod
+    def resolve(cls, stored: dict | None, **given) -> "IndexSettings":
+        """The given settings, the rest from the last build's (`stored`), the rest defaults; checked."""
+        stored = stored or {}
+        values = {f.name: given[f.name] if given.get(f.name) is not None else stored.get(f.name, f.default)
+                  for f in fields(cls)}
+        if given.get("index") == "diskann" and given.get("storage") is None:
+            values["storage"] = "vector"              # a halfvec HNSW before: DiskANN takes single precision
+        if given.get("m") is not None and given.get("ef_construction") is None and isinstance(values["m"], int):
+            values["ef_construction"] = max(values["ef_construction"], 2 * values["m"])   # a larger m alone
+        return cls(**values).checked()
 
 
 @contextmanager
@@ -123,30 +184,40 @@ class Encoding:
 
 def build_dense(conn: psycopg.Connection, skb_name: str, model: str | None = None, with_relations: bool = True,
                 multi_vector: bool = True, progress: Reporter | None = None, *, max_neighbors: int = 25,
-                chunk_chars: int = 512, batch_size: int = BATCH_SIZE, m: int = 16,
-                ef_construction: int = 64, device: str | None = None, half: bool = False,
-                encode_batch: int = embed.DEFAULT_BATCH) -> dict:
+                chunk_chars: int = 512, batch_size: int = BATCH_SIZE, m: int | None = None,
+                ef_construction: int | None = None, index: str | None = None, storage: str | None = None,
+                device: str | None = None, half: bool = False, encode_batch: int = embed.DEFAULT_BATCH) -> dict:
     """Bring the SKB's document vectors (and chunk vectors, with `multi_vector`) up to date; build HNSW.
 
     `with_relations` and `max_neighbors` shape the documents (see stark.render_document) and the
     relation chunks; `chunk_chars` the length of field pieces. Changing any of them changes the texts,
-    so the next build re-embeds what they affect. `batch_size` documents are committed together;
-    `device`, `half` and `encode_batch` (texts per forward pass) only change the speed (`Encoding`).
-    Returns counts per kind, the encoding used and the seconds taken.
+    so the next build re-embeds what they affect. `index`, `storage`, `m` and `ef_construction` shape
+    the vector indexes (IndexSettings; None: as the last build of this SKB and model, else defaults);
+    bad values raise OptionError before any vector is embedded. `batch_size` documents are committed
+    together; `device`, `half` and `encode_batch` (texts per forward pass) only change the speed
+    (`Encoding`). Returns counts per kind, the encoding used, the index settings, notices (e.g. DiskANN
+    asked for where vectorscale is missing) and the seconds taken.
     Holds the SKB name's lock throughout: builds and loads of one name queue.
     """
     encoding = Encoding(device, half, encode_batch)
     with skb_name_locked(conn, skb_name):
         return _build_dense(conn, skb_name, model, with_relations, multi_vector, progress, max_neighbors,
-                            chunk_chars, batch_size, m, ef_construction, encoding)
+                            chunk_chars, batch_size, dict(index=index, storage=storage, m=m,
+                                                          ef_construction=ef_construction), encoding)
 
 
 def _build_dense(conn, skb_name, model, with_relations, multi_vector, progress, max_neighbors, chunk_chars,
-                 batch_size, m, ef_construction, encoding: Encoding) -> dict:
+                 batch_size, given: dict, encoding: Encoding) -> dict:
     progress = progress or NullReporter()
     started = time.perf_counter()
     skb_id = require_skb(conn, skb_name)
     tables = ensure_model(conn, model)
+    stored = queries().build_settings(conn, skb_id=skb_id, model_id=tables.model_id)
+    wanted = IndexSettings.resolve(stored, **given)
+    notices = []
+    if wanted.index == "diskann" and not _vectorscale_ready(conn):
+        notices.append("vectorscale (pgvectorscale) is not available on this server: built HNSW instead of DiskANN")
+        wanted = replace(wanted, index="hnsw")
     shape = {"skb_id": skb_id, "with_relations": with_relations, "max_neighbors": max_neighbors}
 
     documents = _refresh_documents(conn, tables, shape, batch_size, progress, encoding)
@@ -155,7 +226,7 @@ def _build_dense(conn, skb_name, model, with_relations, multi_vector, progress, 
         chunks = _refresh_chunks(conn, tables, shape | {"chunk_chars": chunk_chars},
                                  max(1, batch_size // 8), progress, encoding)
 
-    built = _build_indexes(conn, tables, skb_id, multi_vector, m, ef_construction, progress)
+    built = _build_indexes(conn, tables, skb_id, multi_vector, wanted, progress)
     with _committed(conn):
         changed = [t for t, c in ((tables.doc_table, documents), (tables.chunk_table, chunks))
                    if c["embedded"] or c["deleted"]]
@@ -163,14 +234,31 @@ def _build_dense(conn, skb_name, model, with_relations, multi_vector, progress, 
             conn.execute(pgsql.SQL("analyze {}").format(pgsql.Identifier("stark", table)))
         n_docs, n_chunks = conn.execute(statement("count_vectors", tables), {"skb_id": skb_id}).fetchone()
         settings = {"with_relations": with_relations, "max_neighbors": max_neighbors, "chunk_chars": chunk_chars,
-                    "multi_vector": multi_vector}
+                    "multi_vector": multi_vector} | asdict(wanted)
         queries().record_build(conn, skb_id=skb_id, model_id=tables.model_id, settings=json.dumps(settings),
                                documents=n_docs, chunks=n_chunks)
     documents |= {"skipped": n_docs - documents["embedded"], "total": n_docs}
     chunks |= {"skipped": n_chunks - chunks["embedded"], "total": n_chunks}
     return {"model": tables.name, "documents": documents, "chunks": chunks, "indexes_built": built,
             "encoding": encoding.describe() if documents["embedded"] or chunks["embedded"] else None,
-            "seconds": round(time.perf_counter() - started, 3)}
+            "index": asdict(wanted), "notices": notices, "seconds": round(time.perf_counter() - started, 3)}
+
+
+def _vectorscale_ready(conn) -> bool:
+    """Whether DiskANN can be built here: pgvectorscale created in this database, or created now."""
+    from stark_pg.db.extensions import extensions
+
+    (ext,) = extensions(conn, ("vectorscale",))
+    if ext.installed:
+        return True
+    if not ext.usable:
+        return False
+    try:
+        with _committed(conn):
+            conn.execute("create extension if not exists vectorscale cascade")
+    except psycopg.Error:
+        return False
+    return True
 
 
 def _refresh_documents(conn, tables: ModelTables, shape: dict, batch_size: int, progress: Reporter,
@@ -232,14 +320,15 @@ def _refresh_chunks(conn, tables: ModelTables, shape: dict, node_batch: int, pro
 
 def _drop_index_if_mostly_stale(conn, tables: ModelTables, table: str, skb_id: int, n_stale: int,
                                 count_statement: str) -> None:
-    """Drop the SKB's HNSW index on `table` when more than half of its nodes are about to be re-embedded."""
+    """Drop the SKB's vector index on `table` when more than half of its nodes are about to be re-embedded."""
     if not n_stale:
         return
     with _committed(conn):
         n_nodes = conn.execute(statement(count_statement, tables), {"skb_id": skb_id}).fetchone()[0]
         if 2 * n_stale > n_nodes:
-            conn.execute(pgsql.SQL("drop index if exists {}").format(
-                pgsql.Identifier("stark", hnsw_index_name(table, skb_id))))
+            for method in VECTOR_INDEXES:
+                conn.execute(pgsql.SQL("drop index if exists {}").format(
+                    pgsql.Identifier("stark", vector_index_name(table, skb_id, method))))
 
 
 def _encode(texts: list[str], tables: ModelTables, encoding: Encoding = Encoding()):
@@ -250,21 +339,39 @@ def _encode(texts: list[str], tables: ModelTables, encoding: Encoding = Encoding
     return vectors
 
 
-def _build_indexes(conn, tables: ModelTables, skb_id: int, multi_vector: bool, m: int, ef_construction: int,
+def _build_indexes(conn, tables: ModelTables, skb_id: int, multi_vector: bool, wanted: IndexSettings,
                    progress: Reporter) -> list[str]:
-    """The SKB's partial HNSW indexes (cosine) that do not exist yet; returns the names of those built."""
-    wanted = [tables.doc_table] + ([tables.chunk_table] if multi_vector else [])
-    existing = {row[0] for row in queries().existing_indexes(conn, names=[hnsw_index_name(t, skb_id)
-                                                                            for t in wanted])}
+    """The SKB's partial vector indexes (cosine) as `wanted`: an index that exists with other settings
+    (method, storage, m, ef_construction) is dropped and rebuilt. Returns the names of those built."""
+    targets = [tables.doc_table] + ([tables.chunk_table] if multi_vector else [])
+    names = [vector_index_name(t, skb_id, method) for t in targets for method in VECTOR_INDEXES]
+    existing = {row[0]: row[1:] for row in queries().vector_indexes(conn, names=names)}
     built = []
-    with progress.stage("HNSW index", total=len(wanted)) as stage:
-        for table in wanted:
-            name = hnsw_index_name(table, skb_id)
-            if name not in existing:
-                with _committed(conn):
-                    conn.execute(statement("create_hnsw_index", tables, index=pgsql.Identifier(name),
-                                           table=pgsql.Identifier("stark", table), skb=skb_id, m=m,
-                                           ef_construction=ef_construction))
-                built.append(name)
+    with progress.stage(f"{wanted.index.upper()} index", total=len(targets)) as stage:
+        for table in targets:
+            name = vector_index_name(table, skb_id, wanted.index)
+            have = existing.get(name)
+            if have and _matches(have, wanted) and not any(
+                    n in existing for n in (vector_index_name(table, skb_id, m) for m in VECTOR_INDEXES) if n != name):
+                stage.advance()
+                continue
+            with _committed(conn):
+                for method in VECTOR_INDEXES:
+                    conn.execute(pgsql.SQL("drop index if exists {}").format(
+                        pgsql.Identifier("stark", vector_index_name(table, skb_id, method))))
+                section = ("create_diskann_index" if wanted.index == "diskann" else
+                           "create_hnsw_halfvec_index" if wanted.storage == "halfvec" else "create_hnsw_index")
+                conn.execute(statement(section, tables, index=pgsql.Identifier(name),
+                                       table=pgsql.Identifier("stark", table), skb=skb_id, m=wanted.m,
+                                       ef_construction=wanted.ef_construction))
+            built.append(name)
             stage.advance()
     return built
+
+
+def _matches(have: tuple, wanted: IndexSettings) -> bool:
+    """Whether an existing index (access method, storage, m, ef_construction) is the one wanted."""
+    method, storage, m, ef_construction = have
+    if method != wanted.index or storage != wanted.storage:
+        return False
+    return method == "diskann" or ((m or 16), (ef_construction or 64)) == (wanted.m, wanted.ef_construction)

@@ -15,6 +15,7 @@ from stark_pg.embed import canonical_name, encode_query
 from stark_pg.options import OptionError
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Hit, Ranking
+from stark_pg.retrieve.vss import ef_search_set
 from stark_pg.skb.catalog import require_skb
 
 
@@ -25,7 +26,8 @@ class Options:
     pool: int = 100              # nodes each retriever contributes
     rrf_k: int = 60
     model: str | None = None     # embedding model (default all-MiniLM-L6-v2)
-    LIMITS = {"weight": (0.0, 1.0), "pool": (1, 10_000), "rrf_k": (0, 1_000_000)}
+    ef_search: int | None = None  # VSS's index candidate list (default max(pool, 100))
+    LIMITS = {"weight": (0.0, 1.0), "pool": (1, 10_000), "rrf_k": (0, 1_000_000), "ef_search": (1, 1000)}
 
 
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
@@ -37,8 +39,9 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
     started = time.perf_counter()
     vector = encode_query(query, model)
     embedded = time.perf_counter()
-    rows = sql().hybrid_top(conn, skb=skb, query=query, embedding=vector, k=k, fusion=options.fusion,
-                            weight=options.weight, pool=options.pool, rrf_k=options.rrf_k, model=model)
+    with ef_search_set(conn, options.ef_search):
+        rows = list(sql().hybrid_top(conn, skb=skb, query=query, embedding=vector, k=k, fusion=options.fusion,
+                                     weight=options.weight, pool=options.pool, rrf_k=options.rrf_k, model=model))
     hits = [Hit(int(node_id), float(score)) for node_id, score in rows]
     return Ranking(hits, {"method": "hybrid", "sql": "stark.hybrid(skb, query, embedding, k, fusion, weight, pool, "
                                                       "rrf_k, model)",

@@ -19,6 +19,7 @@ from stark_pg.embed import canonical_name, encode_query
 from stark_pg.options import OptionError
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Hit, Ranking
+from stark_pg.retrieve.vss import ef_search_set
 
 
 @dataclass
@@ -28,6 +29,8 @@ class Options:
     top: int = 3                 # chunks averaged by agg=mean
     pool: int | None = None      # chunks fetched by HNSW to find candidates (default k * 20, at most 1000)
     exact: bool = False          # every node is a candidate, every chunk scored (slower; the ground truth)
+    ef_search: int | None = None  # the chunk index's candidate list (default: max(pool, 100))
+    LIMITS = {"ef_search": (1, 1000)}
 
 
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
@@ -38,8 +41,9 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
     started = time.perf_counter()
     vector = encode_query(query, model)
     embedded = time.perf_counter()
-    rows = sql().multivss_top(conn, skb=skb, embedding=vector, k=k, model=model, agg=options.agg, top=options.top,
-                              pool=options.pool, exact=options.exact)
+    with ef_search_set(conn, options.ef_search):
+        rows = list(sql().multivss_top(conn, skb=skb, embedding=vector, k=k, model=model, agg=options.agg,
+                                       top=options.top, pool=options.pool, exact=options.exact))
     hits = [Hit(int(node_id), float(score)) for node_id, score in rows]
     return Ranking(hits, {"method": "multivss", "sql": "stark.multivss(skb, embedding, k, model, agg, top, pool, exact)",
                           "model": model, "agg": options.agg, "top": options.top,
