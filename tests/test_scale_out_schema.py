@@ -22,6 +22,7 @@ import pytest
 
 from loaders.synthetic import SyntheticSource
 from stark_pg.index.dense import ModelTables, statement
+from stark_pg.index.lexical import build_lexical
 from stark_pg.resources import queries
 from stark_pg.skb.store import load_skb
 
@@ -35,9 +36,9 @@ def section(text: str, heading: str) -> str:
 
 
 def pattern(name: str) -> re.Pattern:
-    """`stark.emb_doc_<model_id>` -> a regex matching emb_doc_1, emb_doc_27, ..."""
-    return re.compile("".join(r"[0-9]+" if part.startswith("<") else re.escape(part)
-                              for part in re.split(r"(<[^>]+>)", name)) + "$")
+    """`stark.emb_doc_<model_id>` -> a regex matching emb_doc_1, emb_doc_27, ...; a `<hash>` is hex digits."""
+    return re.compile("".join((r"[0-9a-f]+" if part == "<hash>" else r"[0-9]+") if part.startswith("<")
+                              else re.escape(part) for part in re.split(r"(<[^>]+>)", name)) + "$")
 
 
 def parse_doc() -> tuple[dict[str, tuple[str, str]], list[str], list[str]]:
@@ -60,6 +61,7 @@ def parse_doc() -> tuple[dict[str, tuple[str, str]], list[str], list[str]]:
 def schema(conn):
     """The live schema with its dynamic tables present: {table: info} of the schema `stark`."""
     load_skb(conn, SyntheticSource(nodes=100, seed=1, queries=5, edges_per_node=2), name="scale")
+    build_lexical(conn, "scale", textsearch=True)        # the per-(SKB, scope) pg_textsearch tables
     row = queries().register_model(conn, name="scale-out-test", dim=8)
     conn.execute(statement("create_tables", ModelTables(row[0], "scale-out-test", *row[1:])))
     tables = {}
@@ -109,7 +111,7 @@ def test_the_doc_classifies_every_table_of_the_live_schema_once(schema):
     named = set(distributed) | set(reference) | set(local)
     assert named == {entry for _, entry in found.values()}, "docs/scale-out.md names tables that do not exist"
     assert any(t.startswith("edge__skb") and info["partition"] for t, info in tables.items())   # partitions seen
-    assert {"emb_doc_<model_id>", "emb_chunk_<model_id>"} <= {e for _, e in found.values()}
+    assert {"emb_doc_<model_id>", "emb_chunk_<model_id>", "lexbm25_<hash>__skb<id>"} <= {e for _, e in found.values()}
 
 
 def test_distributed_tables_carry_their_column_in_every_key(schema):
@@ -125,7 +127,8 @@ def test_distributed_tables_carry_their_column_in_every_key(schema):
         assert column in info["columns"], f"stark.{name} has no distribution column {column}"
         for key in info["keys"]:
             assert column in key, f"stark.{name}: unique key {sorted(key)} lacks the distribution column {column}"
-        assert "skb_id" in info["columns"]
+        # every table leads with skb_id, except a per-SKB table, whose name carries it (`..__skb<id>`)
+        assert "skb_id" in info["columns"] or re.search(r"__skb[0-9]+$", name), f"stark.{name} has no skb_id"
         group_types.setdefault(group, set()).add(info["columns"][column])
     for group, types in group_types.items():
         assert len(types) == 1, f"co-location group {group} mixes distribution column types {types}"
