@@ -136,7 +136,7 @@ def test_errors_are_the_clis_exceptions_with_its_messages(db, api_url):
         skb.search("x", method="bm25", k1="abc")
     with pytest.raises(stark_pg.OptionError, match=r"setting 'exact=1': 1 is not a valid bool"):
         skb.search("x", method="vss", exact=1)
-    with pytest.raises(stark_pg.OptionError, match=r"setting 'colour': expected one of b, field, k1"):
+    with pytest.raises(stark_pg.OptionError, match=r"setting 'colour': expected one of b, engine, field, k1"):
         skb.search("x", method="bm25", colour="red")
     with pytest.raises(stark_pg.OptionError, match="k 0: the number of results must be at least 1"):
         skb.search("x", method="bm25", k=0)

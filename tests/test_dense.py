@@ -123,11 +123,11 @@ def test_an_interrupted_build_resumes_where_it_stopped(conn, tmp_path, monkeypat
     load(conn, tmp_path / "ten", nodes=nodes, edges="src\trelation\tdst\n", queries=None)
     real_encode, calls = embed.encode, []
 
-    def failing_encode(texts, model=None, **kwargs):
+    def failing_encode(texts, model=None, *args, **kwargs):
         calls.append(len(texts))
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return real_encode(texts, model, **kwargs)
+        return real_encode(texts, model, *args, **kwargs)
 
     monkeypatch.setattr(embed, "encode", failing_encode)
     with pytest.raises(KeyboardInterrupt):
