@@ -18,6 +18,9 @@ from stark_pg.retrieve import Hit, Ranking
 from stark_pg.skb.catalog import require_skb
 
 
+NEEDS = ()  # nothing beyond the SKB and its indexes
+
+
 @dataclass
 class Options:
     fusion: str = "rrf"          # rrf | weighted
