@@ -116,6 +116,13 @@ def _text(raw: str, pair: str, label: str = "--option") -> str:
     return raw
 
 
+def defaults(options_class) -> dict:
+    """Each setting's default, in declaration order (a `default_factory` is called, so a list default
+    shows as the list, not as dataclasses' MISSING marker)."""
+    return {f.name: f.default_factory() if f.default is dataclasses.MISSING else f.default
+            for f in dataclasses.fields(options_class)}
+
+
 def describe(options_class) -> str:
     """'k1=1.2, b=0.75, field=None' — the knobs of a method and their defaults, for --help and errors."""
-    return ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(options_class))
+    return ", ".join(f"{name}={value!r}" for name, value in defaults(options_class).items())

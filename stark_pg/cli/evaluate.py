@@ -8,7 +8,7 @@ import typer
 from rich.table import Table
 
 from stark_pg.cli.common import fail, out, print_json, reporter, state
-from stark_pg.retrieve import METHODS
+from stark_pg.retrieve.catalog import method_help
 
 SHOWN = ("hit@1", "hit@5", "recall@20", "mrr")
 
@@ -22,7 +22,7 @@ def evaluate(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="The SKB whose queries (or --queries file) to evaluate on."),
     method: str = typer.Option("bm25,vss,hybrid", "--method", "-m", help="Comma-separated methods: "
-                                                                         + ", ".join(METHODS) + "."),
+                                                                         + method_help(", ") + "."),
     split: str = typer.Option("val", "--split", help="Query split (train, val, test, human, ...; 'all' for every one)."),
     queries: Path = typer.Option(None, "--queries", help="Evaluate a CSV in the bundle format "
                                                           "(id,query,answer_ids[,split]) without loading it."),

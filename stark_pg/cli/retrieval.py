@@ -6,7 +6,7 @@ import typer
 from rich.table import Table
 
 from stark_pg.cli.common import err, fail, out, print_json, reporter, state
-from stark_pg.retrieve import METHODS
+from stark_pg.retrieve.catalog import method_help
 
 
 def register(app: typer.Typer) -> None:
@@ -125,7 +125,7 @@ def search(
     ctx: typer.Context,
     name: str = typer.Argument(..., help="The SKB to search."),
     query: str = typer.Argument(..., help="The question, in natural language."),
-    method: str = typer.Option("hybrid", "--method", "-m", help=" | ".join(METHODS) + " (README: Methods)."),
+    method: str = typer.Option("hybrid", "--method", "-m", help=method_help(" | ") + "."),
     k: int = typer.Option(10, "-k", help="Number of results."),
     option: list[str] = typer.Option(None, "--option", "-o", help="A method setting KEY=VALUE, repeatable; e.g. "
                                                                   "-o field=description (bm25), -o exact=true (vss), "

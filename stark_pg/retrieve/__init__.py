@@ -4,6 +4,11 @@
 
 Methods never reach into each other's tables; shared pieces (the query embedding, BM25 scoring)
 are functions they call. `get_method(name)` finds a method module by its CLI name.
+
+Each method module also declares `NEEDS`, what it needs beyond an SKB and its indexes: a tuple of
+"llm" (it calls an LLM at query time) and "training" (a `stark-pg train ...` run must come first).
+`stark-pg methods` and the help of `search` and `eval` read it (stark_pg/retrieve/catalog.py), so
+a user learns before a run, not from its error, that a method will call an LLM or wants a model.
 """
 
 from __future__ import annotations

@@ -19,6 +19,9 @@ from stark_pg.retrieve import Hit, MissingIndex, Ranking
 from stark_pg.skb.catalog import require_skb
 
 
+NEEDS = ()  # nothing beyond the SKB and its indexes
+
+
 @dataclass
 class Options:
     k1: float = 1.2

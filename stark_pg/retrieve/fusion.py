@@ -24,6 +24,9 @@ from stark_pg.train.fusion_model import FusionModel, load
 EXPLAINED_RESULTS = 5
 
 
+NEEDS = ("training",)  # a model trained on the SKB's train split first
+
+
 @dataclass
 class Options:
     name: str = "default"        # the trained model (`stark-pg train fusion SKB --name ...`)

@@ -19,6 +19,9 @@ from stark_pg.retrieve.vss import ef_search_set
 from stark_pg.skb.catalog import require_skb
 
 
+NEEDS = ()  # nothing beyond the SKB and its indexes
+
+
 @dataclass
 class Options:
     fusion: str = "rrf"          # rrf | weighted

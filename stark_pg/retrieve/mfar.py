@@ -25,6 +25,9 @@ from stark_pg.train.mfar_model import MfarModel, load_model, parse_mask
 EXPLAINED_RESULTS = 10
 
 
+NEEDS = ("training",)  # a model trained on the SKB's train split first
+
+
 @dataclass
 class Options:
     name: str = "all"            # the trained model (by default models are named after their variant)

@@ -22,6 +22,9 @@ from stark_pg.retrieve import Hit, Ranking
 from stark_pg.retrieve.vss import ef_search_set
 
 
+NEEDS = ()  # nothing beyond the SKB and its indexes
+
+
 @dataclass
 class Options:
     model: str | None = None     # embedding model (default all-MiniLM-L6-v2); must match what was indexed

@@ -20,6 +20,9 @@ from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Hit, Ranking
 
 
+NEEDS = ()  # nothing beyond the SKB and its indexes
+
+
 @dataclass
 class Options:
     model: str | None = None     # embedding model (default all-MiniLM-L6-v2); must match what was indexed

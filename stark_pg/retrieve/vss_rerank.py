@@ -20,6 +20,9 @@ from stark_pg.retrieve import Hit, Ranking, vss
 from stark_pg.retrieve.rerank import DOC_CHARS, SIM_WEIGHT, rerank
 
 
+NEEDS = ("llm",)  # an LLM at query time (see README: LLMs)
+
+
 @dataclass
 class Options:
     k_max: int = 20               # VSS candidates the LLM reranks

@@ -32,6 +32,9 @@ from stark_pg.retrieve.expand import LLMOptions
 from stark_pg.skb.catalog import require_skb
 
 
+NEEDS = ("training", "llm")  # programs from `stark-pg train agent`; an LLM for entity slots
+
+
 @dataclass
 class Options(LLMOptions):
     run: int | None = None        # the training run whose programs to use (None: the SKB's newest finished run)

@@ -52,6 +52,9 @@ answer ("name: ...", "type: ...", then its text fields, at most {words} words). 
 {{"document": "..."}}."""
 
 
+NEEDS = ("llm",)  # an LLM at query time (see README: LLMs)
+
+
 @dataclass
 class Options(LLMOptions, RetrieverOptions):
     n: int = 3                    # top documents of the first retrieval shown in step 3

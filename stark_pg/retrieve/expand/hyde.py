@@ -20,6 +20,9 @@ knowledge base: "name: ...", "type: ...", then its text fields, at most {words} 
 do not know the answer's name, describe it. Reply with only {{"document": "..."}}."""
 
 
+NEEDS = ("llm",)  # an LLM at query time (see README: LLMs)
+
+
 @dataclass
 class Options(LLMOptions, RetrieverOptions):
     words: int = 80               # length asked of the document

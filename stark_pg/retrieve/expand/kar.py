@@ -90,6 +90,9 @@ class EntityReply(BaseModel):
         return {"entities": data} if isinstance(data, list) else data
 
 
+NEEDS = ("llm",)  # an LLM at query time (see README: LLMs)
+
+
 @dataclass
 class Options(LLMOptions, RetrieverOptions):
     hops: int = 2                 # relation propagation depth

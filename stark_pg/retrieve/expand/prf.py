@@ -12,6 +12,9 @@ from stark_pg.retrieve import Ranking
 from stark_pg.retrieve.expand import Context, RetrieverOptions, clip, run
 
 
+NEEDS = ()  # nothing beyond the SKB and its indexes
+
+
 @dataclass
 class Options(RetrieverOptions):
     n: int = 3                    # top documents of the first retrieval added to the query

@@ -24,6 +24,9 @@ the question: "name: ...", "type: ...", then its text fields, at most {words} wo
 only {{"document": "..."}}."""
 
 
+NEEDS = ("llm",)  # an LLM at query time (see README: LLMs)
+
+
 @dataclass
 class Options(LLMOptions, RetrieverOptions):
     n: int = 3                    # top documents of the first retrieval shown to the LLM

@@ -36,6 +36,9 @@ from stark_pg.retrieve.rerank import DOC_CHARS, SIM_WEIGHT, rerank
 from stark_pg.skb.catalog import require_skb
 
 
+NEEDS = ("llm",)  # an LLM at query time (see README: LLMs)
+
+
 @dataclass
 class Options:
     llm: str | None = None            # PROVIDER:MODEL, e.g. openai:gpt-4o-mini (None: STARK_PG_LLM)
