@@ -168,26 +168,60 @@ comment on function stark.focus_probe_sql(int, stark.focus_domain, boolean, text
     'Internal (4StepFocus): SQL keeping the members of one candidate set with an edge to a member of another, probing from the first.';
 
 -- One revision: the members of y with an edge to a member of x, by whichever of the two statements
--- reads fewer edges. Probing from y (focus_probe_sql) stops at a member's first supporting edge, and
--- finds one after about |x's type| / |x| edges when x is a large share of its type; gathering from x
--- (focus_revise_sql) reads every edge of every member of x. `degree` is the SKB's average number of
--- edges per node and direction; `x_ids` are x's members (x's type's nodes while x is every node of
--- its type; null for every node of any type), `x_universe` the size of the type.
+-- reads fewer edges. Probing from y (focus_probe_sql) stops at a member's first supporting edge: about
+-- nodes / |x| edges in when x is large, all of a member's edges when it has no support. Gathering
+-- from x (focus_revise_sql) reads every edge of every member of x. Degrees differ by an order of
+-- magnitude between types and relations (a drug has some 700 edges, a phenotype 40), so when the
+-- choice matters the two sides' degrees are measured on 16 of their members (a few thousand index
+-- entries) rather than taken from the SKB's average `degree` (edges per node and direction).
+-- `x_ids` are x's members (x's type's nodes while x is every node of its type; null for every node
+-- of any type, which only a probe can use), `nodes` the SKB's node count.
 create or replace function stark.focus_revise(skb int, y stark.focus_domain, y_size bigint,
                                               x stark.focus_domain, x_ids bigint[], x_size bigint,
-                                              x_universe bigint, relation text, y_end text,
+                                              nodes bigint, relation text, y_end text,
                                               degree double precision)
 returns bigint[]
 language plpgsql stable as $$
 declare
     ends int := case when y_end is null then 2 else 1 end;
+    y_degree double precision := ends * degree;
+    x_degree double precision := ends * degree;
     probe double precision;
     gather double precision;
+    sample bigint[];
+    side int;
+    d stark.focus_domain;
+    n bigint;
+    measured double precision;
     result bigint[];
 begin
-    probe := y_size * (4 + ends * case when x_ids is null then 1
-                                       else least(degree, x_universe::float8 / greatest(x_size, 1)) end);
-    gather := case when x.top then 'infinity'::float8 else x_size * ends * (3 * degree + 4) end;
+    for side in 1 .. 3 loop
+        probe := y_size * (4 + case when x_ids is null then 1
+                                    else least(y_degree, nodes::float8 / greatest(x_size, 1)) end);
+        gather := case when x.top and x.node_type is null then 'infinity'::float8
+                       else x_size * (3 * x_degree + 4) end;
+        exit when side = 3 or least(probe, gather) < 20000;
+        d := case when side = 1 then y else x end;
+        n := case when side = 1 then y_size else x_size end;
+        if d.top then
+            sample := array(select m.node_id from stark.node m
+                            where m.skb_id = skb and (d.node_type is null or m.type = d.node_type) limit 16);
+        else
+            sample := array(select distinct d.node_ids[(1 + (g * n) / least(n, 16))::int]
+                            from generate_series(0, least(n, 16) - 1) g);
+        end if;
+        -- edges at this side's end of the triplet (y's end for y, the other for x)
+        select (select count(*) from unnest(sample) s(id)
+                join stark.edge e on e.skb_id = skb and e.src = s.id and (focus_revise.relation is null or e.relation = focus_revise.relation)
+                where coalesce(y_end = case when side = 1 then 'src' else 'dst' end, true))
+             + (select count(*) from unnest(sample) s(id)
+                join stark.edge e on e.skb_id = skb and e.dst = s.id and (focus_revise.relation is null or e.relation = focus_revise.relation)
+                where coalesce(y_end = case when side = 1 then 'dst' else 'src' end, true))
+        into measured;
+        if cardinality(sample) > 0 then
+            if side = 1 then y_degree := measured / cardinality(sample); else x_degree := measured / cardinality(sample); end if;
+        end if;
+    end loop;
     if probe <= gather then
         execute stark.focus_probe_sql(skb, y, x_ids is not null, relation, y_end)
             into result using y.node_ids, x_ids, relation, y.node_type;
@@ -251,6 +285,7 @@ declare
     inc_cost double precision;
     ends int := case when directed then 1 else 2 end;
     probe_each double precision;
+    n_nodes bigint;
     incremental boolean;
     done boolean[];
 begin
@@ -271,13 +306,13 @@ begin
         ver := ver || 0;
     end loop;
     -- Average edges per node and direction, from the load's counts (or counted, for SKBs loaded without them).
-    select (s.meta -> 'load' ->> 'edges')::float8 / nullif((s.meta -> 'load' ->> 'nodes')::float8, 0)
-    into degree from stark.skb s where s.skb_id = skb;
-    if degree is null then
-        select (select count(*) from stark.edge e where e.skb_id = skb)::float8
-               / greatest((select count(*) from stark.node n where n.skb_id = skb), 1)
-        into degree;
+    select (s.meta -> 'load' ->> 'edges')::float8, (s.meta -> 'load' ->> 'nodes')::bigint
+    into degree, n_nodes from stark.skb s where s.skb_id = skb;
+    if degree is null or n_nodes is null then
+        select count(*) into n_nodes from stark.node n where n.skb_id = skb;
+        select count(*) into degree from stark.edge e where e.skb_id = skb;
     end if;
+    degree := degree / greatest(n_nodes, 1);
     -- Constants first: each variable-constant triplet narrows its variable once (constants never change).
     for t in select value from jsonb_array_elements(coalesce(problem -> 'triplets', '[]')) loop
         h := t -> 'head';
@@ -325,7 +360,7 @@ begin
             a_size := cardinality(doms[var_i].node_ids);
         end if;
         new_ids := stark.focus_revise(skb, doms[var_i], a_size, const_dom, const_ids, cardinality(const_ids),
-                                      null, rel, case when directed then var_end end, degree);
+                                      n_nodes, rel, case when directed then var_end end, degree);
         doms[var_i].top := false;
         doms[var_i].node_ids := new_ids;
         ver[var_i] := ver[var_i] + 1;
@@ -373,7 +408,7 @@ begin
                     if seen_ver[k] is not null then       -- b lost r_size members since a was last revised against it
                         r_size := case when seen_dom[k].top then type_size[b]
                                        else cardinality(seen_dom[k].node_ids) end - b_size;
-                        probe_each := 4 + ends * least(degree, type_size[b]::float8 / greatest(b_size, 1));
+                        probe_each := 4 + least(ends * degree, n_nodes::float8 / greatest(b_size, 1));
                         full_cost := least(a_size * probe_each, b_size * ends * (3 * degree + 4));
                         inc_cost := r_size * ends * (3 * degree + 4) + least(a_size, r_size * ends * degree) * probe_each;
                     end if;
@@ -415,10 +450,10 @@ begin
                             new_ids := null;                     -- every member keeps an edge
                         end if;
                     else
-                        new_ids := stark.focus_revise(skb, doms[a], a_size, doms[b],
-                                                      case when not doms[b].top then doms[b].node_ids
-                                                           when doms[b].node_type is not null then univ[b].node_ids end,
-                                                      b_size, type_size[b], arc_rel[i], a_end, degree);
+                        old_ids := case when not doms[b].top then doms[b].node_ids
+                                        when doms[b].node_type is not null then univ[b].node_ids end;
+                        new_ids := stark.focus_revise(skb, doms[a], a_size, doms[b], old_ids,
+                                                      b_size, n_nodes, arc_rel[i], a_end, degree);
                         if cardinality(new_ids) >= a_size then
                             new_ids := null;
                         end if;
