@@ -1,6 +1,7 @@
 """4StepFocus substitution at Prime scale: stark.focus_substitute skips revisions whose other set has not
-changed, re-checks only the neighbours of lost members, and probes from the smaller side
-(stark.focus_probe_sql, stark.focus_revise). Re-runs sql/functions/focus.sql.
+changed, re-checks only the neighbours of lost members, and either probes the revised set's members
+for one supporting edge or gathers the other set's edges, whichever reads fewer (stark.focus_probe_sql,
+stark.focus_revise). Only the plan changes, not the sets. Re-runs sql/functions/focus.sql.
 
 Revision ID: 0019
 Revises: 0018
