@@ -73,6 +73,7 @@ def main() -> None:
         skb_id = require_skb(conn, args.skb)
         nodes, edges = conn.execute("select (select count(*) from stark.node where skb_id = %s), "
                                     "(select count(*) from stark.edge where skb_id = %s)", (skb_id, skb_id)).fetchone()
+        conn.execute("select setseed(%s)", (rng.uniform(-1, 1),))   # the same sets on every run with --seed
         starts = conn.execute("select node_id, type from stark.node where skb_id = %s order by random() limit %s",
                               (skb_id, args.count * 2)).fetchall()
         problems = []

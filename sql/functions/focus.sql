@@ -132,6 +132,109 @@ $$;
 comment on function stark.focus_revise_sql(int, stark.focus_domain, stark.focus_domain, text, text) is
     'Internal (4StepFocus): SQL keeping the members of one candidate set with an edge to a member of another.';
 
+-- The same revision probed from y's side: each member of y is kept on finding one edge to a member of
+-- x, so a candidate with support costs an index descent and a short scan of its edges however many
+-- neighbours it has; the other way round (focus_revise_sql) reads every edge of every member of x.
+-- With x dense (a large share of its type), as in two-hop chains over Prime's densest relations,
+-- that is millions of edges against a few thousand short probes. The EXISTS subqueries carry
+-- `offset 0` so the planner keeps them as probes (it would otherwise turn them into a hash semi-join
+-- over all of x's edges), and x's membership is `(e.<x end> + 0) = any ($2)`, an expression rather
+-- than an index condition, which PostgreSQL evaluates with one hash table built once for the whole
+-- statement (as an index condition, the array would be sorted again at every probe).
+-- x_filter false: x is every node (any edge counts). Parameters as in focus_revise_sql: $1 y's ids,
+-- $2 x's ids (x's type's nodes when x is still every node of its type), $3 relation, $4 y's type.
+create or replace function stark.focus_probe_sql(skb int, y stark.focus_domain, x_filter boolean,
+                                                 relation text, y_end text)
+returns text
+language plpgsql immutable as $$
+declare
+    rel text := case when relation is null then '' else ' and e.relation = $3' end;
+    one text := 'exists (select from stark.edge e where e.skb_id = %s and e.%I = y.id%s%s offset 0)';
+    parts text[] := '{}';
+begin
+    if y_end is null or y_end = 'src' then
+        parts := parts || format(one, skb, 'src', rel,
+                                 case when x_filter then ' and (e.dst + 0) = any ($2::bigint[])' else '' end);
+    end if;
+    if y_end is null or y_end = 'dst' then
+        parts := parts || format(one, skb, 'dst', rel,
+                                 case when x_filter then ' and (e.src + 0) = any ($2::bigint[])' else '' end);
+    end if;
+    return format('select coalesce(array_agg(y.id order by y.id), ''{}'') from %s where %s',
+                  stark.focus_domain_source(skb, y, 1, 4, 'y'), array_to_string(parts, ' or '));
+end
+$$;
+comment on function stark.focus_probe_sql(int, stark.focus_domain, boolean, text, text) is
+    'Internal (4StepFocus): SQL keeping the members of one candidate set with an edge to a member of another, probing from the first.';
+
+-- One revision: the members of y with an edge to a member of x, by whichever of the two statements
+-- reads fewer edges. Probing from y (focus_probe_sql) stops at a member's first supporting edge: about
+-- nodes / |x| edges in when x is large, all of a member's edges when it has no support. Gathering
+-- from x (focus_revise_sql) reads every edge of every member of x. Degrees differ by an order of
+-- magnitude between types and relations (a drug has some 700 edges, a phenotype 40), so when the
+-- choice matters the two sides' degrees are measured on 16 of their members (a few thousand index
+-- entries) rather than taken from the SKB's average `degree` (edges per node and direction).
+-- `x_ids` are x's members (x's type's nodes while x is every node of its type; null for every node
+-- of any type, which only a probe can use), `nodes` the SKB's node count.
+create or replace function stark.focus_revise(skb int, y stark.focus_domain, y_size bigint,
+                                              x stark.focus_domain, x_ids bigint[], x_size bigint,
+                                              nodes bigint, relation text, y_end text,
+                                              degree double precision)
+returns bigint[]
+language plpgsql stable as $$
+declare
+    ends int := case when y_end is null then 2 else 1 end;
+    y_degree double precision := ends * degree;
+    x_degree double precision := ends * degree;
+    probe double precision;
+    gather double precision;
+    sample bigint[];
+    side int;
+    d stark.focus_domain;
+    n bigint;
+    measured double precision;
+    result bigint[];
+begin
+    for side in 1 .. 3 loop
+        probe := y_size * (4 + case when x_ids is null then 1
+                                    else least(y_degree, nodes::float8 / greatest(x_size, 1)) end);
+        gather := case when x.top and x.node_type is null then 'infinity'::float8
+                       else x_size * (3 * x_degree + 4) end;
+        exit when side = 3 or least(probe, gather) < 20000;
+        d := case when side = 1 then y else x end;
+        n := case when side = 1 then y_size else x_size end;
+        if d.top then
+            sample := array(select m.node_id from stark.node m
+                            where m.skb_id = skb and (d.node_type is null or m.type = d.node_type) limit 16);
+        else
+            sample := array(select distinct d.node_ids[(1 + (g * n) / least(n, 16))::int]
+                            from generate_series(0, least(n, 16) - 1) g);
+        end if;
+        -- edges at this side's end of the triplet (y's end for y, the other for x)
+        select (select count(*) from unnest(sample) s(id)
+                join stark.edge e on e.skb_id = skb and e.src = s.id and (focus_revise.relation is null or e.relation = focus_revise.relation)
+                where coalesce(y_end = case when side = 1 then 'src' else 'dst' end, true))
+             + (select count(*) from unnest(sample) s(id)
+                join stark.edge e on e.skb_id = skb and e.dst = s.id and (focus_revise.relation is null or e.relation = focus_revise.relation)
+                where coalesce(y_end = case when side = 1 then 'dst' else 'src' end, true))
+        into measured;
+        if cardinality(sample) > 0 then
+            if side = 1 then y_degree := measured / cardinality(sample); else x_degree := measured / cardinality(sample); end if;
+        end if;
+    end loop;
+    if probe <= gather then
+        execute stark.focus_probe_sql(skb, y, x_ids is not null, relation, y_end)
+            into result using y.node_ids, x_ids, relation, y.node_type;
+    else
+        execute stark.focus_revise_sql(skb, y, x, relation, y_end)
+            into result using y.node_ids, x.node_ids, relation, y.node_type, x.node_type;
+    end if;
+    return result;
+end
+$$;
+comment on function stark.focus_revise(int, stark.focus_domain, bigint, stark.focus_domain, bigint[], bigint, bigint, text, text, double precision) is
+    'Internal (4StepFocus): the members of one candidate set with an edge to a member of another, probed or gathered, whichever reads less.';
+
 create or replace function stark.focus_substitute(skb_name text, problem jsonb,
                                                   respect_relations boolean default false,
                                                   directed boolean default false, max_rounds int default 1000)
@@ -140,12 +243,18 @@ language plpgsql stable as $$
 declare
     skb int := stark.skb_id(skb_name);
     doms stark.focus_domain[] := '{}';
+    univ stark.focus_domain[] := '{}';     -- each variable's type's nodes (node_ids loaded when first needed)
     names text[] := '{}';
     type_size bigint[] := '{}';
+    ver int[] := '{}';                     -- each set's version: bumped whenever it shrinks
     arc_head int[] := '{}';
     arc_tail int[] := '{}';
     arc_rel text[] := '{}';
-    done boolean[];
+    -- per side of a variable-variable triplet (2i-1: head revised against tail, 2i: tail against head):
+    -- the version of the other set it was last revised against, and that set
+    seen_ver int[];
+    seen_dom stark.focus_domain[];
+    degree double precision;
     v record;
     t jsonb;
     h jsonb;
@@ -159,12 +268,26 @@ declare
     changed boolean;
     pass int;
     i int;
+    k int;
+    k2 int;
     side int;
     a int;
     b int;
     a_end text;
     new_ids bigint[];
+    old_ids bigint[];
+    lost bigint[];
     old_size bigint;
+    a_size bigint;
+    b_size bigint;
+    r_size bigint;
+    full_cost double precision;
+    inc_cost double precision;
+    ends int := case when directed then 1 else 2 end;
+    probe_each double precision;
+    n_nodes bigint;
+    incremental boolean;
+    done boolean[];
 begin
     if skb is null then
         raise exception 'no SKB named %', coalesce(quote_literal(skb_name), 'NULL');
@@ -178,9 +301,18 @@ begin
         end if;
         names := names || v.key;
         doms := doms || row(v.key, v.value #>> '{}', true, null)::stark.focus_domain;
+        univ := univ || row(v.key, v.value #>> '{}', true, null)::stark.focus_domain;
         type_size := type_size || null::bigint;
+        ver := ver || 0;
     end loop;
-
+    -- Average edges per node and direction, from the load's counts (or counted, for SKBs loaded without them).
+    select (s.meta -> 'load' ->> 'edges')::float8, (s.meta -> 'load' ->> 'nodes')::bigint
+    into degree, n_nodes from stark.skb s where s.skb_id = skb;
+    if degree is null or n_nodes is null then
+        select count(*) into n_nodes from stark.node n where n.skb_id = skb;
+        select count(*) into degree from stark.edge e where e.skb_id = skb;
+    end if;
+    degree := degree / greatest(n_nodes, 1);
     -- Constants first: each variable-constant triplet narrows its variable once (constants never change).
     for t in select value from jsonb_array_elements(coalesce(problem -> 'triplets', '[]')) loop
         h := t -> 'head';
@@ -209,23 +341,42 @@ begin
         end if;
         if jsonb_typeof(h) = 'string' then
             var_i := array_position(names, h #>> '{}');
-            const_ids := array(select jsonb_array_elements_text(tl)::bigint);
+            const_ids := array(select distinct jsonb_array_elements_text(tl)::bigint order by 1);
             var_end := 'src';
         else
             var_i := array_position(names, tl #>> '{}');
-            const_ids := array(select jsonb_array_elements_text(h)::bigint);
+            const_ids := array(select distinct jsonb_array_elements_text(h)::bigint order by 1);
             var_end := 'dst';
         end if;
         const_dom := row('constant', null, false, const_ids)::stark.focus_domain;
-        execute stark.focus_revise_sql(skb, doms[var_i], const_dom, rel, case when directed then var_end end)
-            into new_ids using doms[var_i].node_ids, const_ids, rel, doms[var_i].node_type, null::text;
+        if doms[var_i].top then
+            if type_size[var_i] is null then
+                select count(*) into old_size from stark.node n
+                where n.skb_id = skb and (doms[var_i].node_type is null or n.type = doms[var_i].node_type);
+                type_size[var_i] := old_size;
+            end if;
+            a_size := type_size[var_i];
+        else
+            a_size := cardinality(doms[var_i].node_ids);
+        end if;
+        new_ids := stark.focus_revise(skb, doms[var_i], a_size, const_dom, const_ids, cardinality(const_ids),
+                                      n_nodes, rel, case when directed then var_end end, degree);
         doms[var_i].top := false;
         doms[var_i].node_ids := new_ids;
+        ver[var_i] := ver[var_i] + 1;
     end loop;
 
     -- Then the variable-variable triplets, round after round, until no set changes. Within a round,
     -- triplets with a materialised side go first; a triplet between two untouched variables (both
     -- "every node of the type") is applied last, when one of them may have been narrowed meanwhile.
+    -- A revision whose other set has not changed since it last ran is skipped: it would keep every
+    -- member again. So is the second side of a triplet after the first narrowed its set, if the second
+    -- was last revised against that set as it was before: whatever had an edge to the old set has one
+    -- to the members that kept theirs. And when the other set only lost a few members, just the members
+    -- with an edge to a lost one are checked again. Each gives the set a full revision would, so the
+    -- sets and the rounds are those of applying every triplet in full every round.
+    seen_ver := array_fill(null::int, array[2 * coalesce(array_length(arc_head, 1), 0)]);
+    seen_dom := array_fill(null::stark.focus_domain, array[2 * coalesce(array_length(arc_head, 1), 0)]);
     loop
         n_rounds := n_rounds + 1;
         if n_rounds > max_rounds then
@@ -239,26 +390,86 @@ begin
                 continue when pass = 1 and doms[arc_head[i]].top and doms[arc_tail[i]].top;
                 done[i] := true;
                 foreach side in array array[1, 2] loop
+                    k := 2 * i - 2 + side;
                     a := case when side = 1 then arc_head[i] else arc_tail[i] end;   -- the set revised
                     b := case when side = 1 then arc_tail[i] else arc_head[i] end;   -- against this one
+                    continue when seen_ver[k] = ver[b];
                     a_end := case when not directed then null when side = 1 then 'src' else 'dst' end;
-                    execute stark.focus_revise_sql(skb, doms[a], doms[b], arc_rel[i], a_end)
-                        into new_ids using doms[a].node_ids, doms[b].node_ids, arc_rel[i], doms[a].node_type,
-                                           doms[b].node_type;
-                    if doms[a].top then
-                        if type_size[a] is null then
+                    foreach var_i in array array[a, b] loop
+                        if type_size[var_i] is null then
                             select count(*) into old_size from stark.node n
-                            where n.skb_id = skb and (doms[a].node_type is null or n.type = doms[a].node_type);
-                            type_size[a] := old_size;
+                            where n.skb_id = skb and (doms[var_i].node_type is null or n.type = doms[var_i].node_type);
+                            type_size[var_i] := old_size;
                         end if;
-                        old_size := type_size[a];
-                    else
-                        old_size := cardinality(doms[a].node_ids);
+                    end loop;
+                    a_size := case when doms[a].top then type_size[a] else cardinality(doms[a].node_ids) end;
+                    b_size := case when doms[b].top then type_size[b] else cardinality(doms[b].node_ids) end;
+                    inc_cost := 'infinity';
+                    if seen_ver[k] is not null then       -- b lost r_size members since a was last revised against it
+                        r_size := case when seen_dom[k].top then type_size[b]
+                                       else cardinality(seen_dom[k].node_ids) end - b_size;
+                        probe_each := 4 + least(ends * degree, n_nodes::float8 / greatest(b_size, 1));
+                        full_cost := least(a_size * probe_each, b_size * ends * (3 * degree + 4));
+                        inc_cost := r_size * ends * (3 * degree + 4) + least(a_size, r_size * ends * degree) * probe_each;
                     end if;
-                    if cardinality(new_ids) < old_size then
+                    incremental := coalesce(inc_cost < full_cost, false);
+                    -- the nodes of a top set's type, where a statement needs them as a list
+                    foreach var_i in array array[a, b] loop
+                        if univ[var_i].node_ids is null and doms[var_i].top
+                           and (var_i = b and doms[b].node_type is not null and not incremental
+                                or var_i = a and incremental) then
+                            univ[var_i].node_ids := array(select n.node_id from stark.node n where n.skb_id = skb
+                                and (doms[var_i].node_type is null or n.type = doms[var_i].node_type) order by n.node_id);
+                        end if;
+                    end loop;
+                    if incremental then
+                        if seen_dom[k].top and univ[b].node_ids is null then
+                            univ[b].node_ids := array(select n.node_id from stark.node n where n.skb_id = skb
+                                and (doms[b].node_type is null or n.type = doms[b].node_type) order by n.node_id);
+                        end if;
+                        lost := array(select o from unnest(case when seen_dom[k].top then univ[b].node_ids
+                                                                else seen_dom[k].node_ids end) o
+                                      except select m from unnest(doms[b].node_ids) m);
+                        -- the members of a with an edge to a lost member of b ...
+                        execute stark.focus_revise_sql(skb, doms[a], row('lost', null, false, lost)::stark.focus_domain,
+                                                       arc_rel[i], a_end)
+                            into old_ids using doms[a].node_ids, lost, arc_rel[i], doms[a].node_type, null::text;
+                        -- ... and those of them with an edge to a member of b still
+                        new_ids := '{}';
+                        if cardinality(old_ids) > 0 then
+                            execute stark.focus_probe_sql(skb, row('checked', null, false, old_ids)::stark.focus_domain,
+                                                          true, arc_rel[i], a_end)
+                                into new_ids using old_ids, doms[b].node_ids, arc_rel[i], null::text;
+                        end if;
+                        if cardinality(new_ids) < cardinality(old_ids) then
+                            lost := array(select c from unnest(old_ids) c except select s from unnest(new_ids) s);
+                            new_ids := array(select m from unnest(case when doms[a].top then univ[a].node_ids
+                                                                       else doms[a].node_ids end) m
+                                             except select l from unnest(lost) l order by 1);
+                        else
+                            new_ids := null;                     -- every member keeps an edge
+                        end if;
+                    else
+                        old_ids := case when not doms[b].top then doms[b].node_ids
+                                        when doms[b].node_type is not null then univ[b].node_ids end;
+                        new_ids := stark.focus_revise(skb, doms[a], a_size, doms[b], old_ids,
+                                                      b_size, n_nodes, arc_rel[i], a_end, degree);
+                        if cardinality(new_ids) >= a_size then
+                            new_ids := null;
+                        end if;
+                    end if;
+                    seen_ver[k] := ver[b];
+                    seen_dom[k] := doms[b];
+                    if new_ids is not null then
                         changed := true;
                         doms[a].top := false;
                         doms[a].node_ids := new_ids;
+                        ver[a] := ver[a] + 1;
+                        k2 := case when side = 1 then k + 1 else k - 1 end;
+                        if a <> b and seen_ver[k2] = ver[a] - 1 then
+                            seen_ver[k2] := ver[a];
+                            seen_dom[k2] := doms[a];
+                        end if;
                     end if;
                 end loop;
             end loop;
