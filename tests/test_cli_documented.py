@@ -1,4 +1,5 @@
-"""Every command of the CLI is documented in the README, and every command's --help works."""
+"""Every command of the CLI is documented: used in the README or a docs page written by hand, listed in
+the generated reference (docs/cli.md, which must equal what the CLI renders now), and its --help works."""
 
 from __future__ import annotations
 
@@ -8,8 +9,12 @@ import pytest
 import typer.main
 
 from stark_pg.cli import app
+from stark_pg.cli.reference import render
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "docs" / "cli.md"
+WRITTEN = "\n".join(p.read_text(encoding="utf-8") for p in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+                    if p != REFERENCE)
 
 
 def commands() -> list[str]:
@@ -24,8 +29,18 @@ def commands() -> list[str]:
 
 
 @pytest.mark.parametrize("command", commands())
-def test_command_is_in_the_readme(command):
-    assert f"stark-pg {command}" in README, f"`stark-pg {command}` is not documented in README.md"
+def test_command_is_shown_in_the_docs(command):
+    assert f"stark-pg {command}" in WRITTEN, f"`stark-pg {command}` is used in neither README.md nor docs/*.md"
+
+
+def test_the_cli_reference_is_up_to_date():
+    assert REFERENCE.read_text(encoding="utf-8") == render(), \
+        "docs/cli.md differs from the CLI: run `python -m stark_pg.cli.reference --write docs/cli.md`"
+
+
+@pytest.mark.parametrize("command", commands())
+def test_the_reference_has_a_section_per_command(command):
+    assert f"\n## stark-pg {command}\n" in REFERENCE.read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("command", commands())

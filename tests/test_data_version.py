@@ -58,7 +58,7 @@ def test_start_refuses_a_postgresql_16_directory_and_leaves_it_untouched(old_hom
     assert "\n" not in message
     assert f"{old_home} is a PostgreSQL 16 data directory" in message
     assert f"PostgreSQL {embedded.server_major()} cannot open" in message
-    assert "left untouched" in message and "README: Upgrading from PostgreSQL 16" in message
+    assert "left untouched" in message and "docs/postgres.md: Upgrading from PostgreSQL 16" in message
     assert snapshot(old_home.parent) == before
     assert servers_on(old_home) == []
     assert embedded.running_pid() is None and embedded.stop() is False
@@ -86,11 +86,11 @@ def test_a_newer_major_version_is_refused_too(old_home):
         embedded.start()
 
 
-def test_the_readme_has_the_recipe_the_message_names():
+def test_the_docs_have_the_recipe_the_message_names():
     from stark_pg.db.embedded import UPGRADE_HELP
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    heading = UPGRADE_HELP.removeprefix("README: ")
-    assert f"### {heading}\n" in readme
-    recipe = readme.split(f"### {heading}\n", 1)[1].split("\n### ", 1)[0]
+    page, heading = UPGRADE_HELP.split(": ", 1)
+    text = (Path(__file__).resolve().parents[1] / page).read_text(encoding="utf-8")
+    assert f"## {heading}\n" in text
+    recipe = text.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
     assert "pgserver==0.1.4" in recipe and "pg_dumpall" in recipe and 'mv "$OLD" "$OLD-16"' in recipe

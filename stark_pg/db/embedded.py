@@ -183,7 +183,7 @@ class DataDirectoryVersionError(EmbeddedServerError):
     """The data directory was written by another PostgreSQL major version than the one installed."""
 
 
-UPGRADE_HELP = "README: Upgrading from PostgreSQL 16"
+UPGRADE_HELP = "docs/postgres.md: Upgrading from PostgreSQL 16"
 
 
 @functools.cache
