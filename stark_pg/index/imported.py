@@ -122,12 +122,12 @@ def import_embeddings(conn: psycopg.Connection, skb_name: str, candidates: Path,
     skipped = {"nodes": 0, "queries": 0}
     with skb_name_locked(conn, skb_name), conn.transaction():
         node_ids, doc_vectors, skipped["nodes"] = _known(
-            node_ids, doc_vectors, {r[0] for r in queries().known_node_ids(conn, skb_id=skb_id, node_ids=node_ids)},
+            node_ids, doc_vectors, {r[0] for r in queries().known_node_ids(conn, skb_id=skb_id, node_ids=node_ids.tolist())},
             "node", skb_name, candidates, skip_unknown)
         if query_ids is not None:
             query_ids, query_vectors, skipped["queries"] = _known(
                 query_ids, query_vectors,
-                {r[0] for r in queries().known_query_ids(conn, skb_id=skb_id, query_ids=query_ids)},
+                {r[0] for r in queries().known_query_ids(conn, skb_id=skb_id, query_ids=query_ids.tolist())},
                 "query", skb_name, queries_file, skip_unknown)
         tables = _register(conn, name, dim, skb_name, candidates)
         conn.execute(statement("delete_skb_documents", tables), {"skb_id": skb_id})
@@ -168,7 +168,7 @@ def _checked_name(name: str) -> str:
     name = (name or "").strip()
     if not name:
         raise LoadError("--name is empty: name the imported model (e.g. stark-ada-002)")
-    if embed.canonical_name(name) != name or embed.is_api_model(name):
+    if embed.canonical_name(name) == embed.DEFAULT_MODEL or embed.is_api_model(name):
         raise LoadError(f"--name {name!r} is a model stark-pg computes vectors with: imported vectors need a name "
                         f"of their own (e.g. {DEFAULT_NAME})")
     return name

@@ -80,6 +80,7 @@ def query_vector(conn: psycopg.Connection, skb: str, query: str, model: str) -> 
     if imported is not None:
         query_model, vector = imported
         if vector is not None:
+            vector = vector.to_numpy() if hasattr(vector, "to_numpy") else vector
             return np.asarray(vector, dtype=np.float32), "imported", None
         if not query_model:
             raise MissingQueryVector(
