@@ -175,13 +175,15 @@ def import_embeddings(
               f"{report['documents']:,} document vectors, {report['queries']:,} query vectors"
               + (f"; skipped {skipped['nodes']:,} node ids and {skipped['queries']:,} query ids not in the SKB"
                  if skipped["nodes"] or skipped["queries"] else "")
-              + f"; HNSW index built in {report['seconds']:.1f} s", highlight=False)
+              + f"; HNSW index built; {report['seconds']:.1f} s", highlight=False, soft_wrap=True)
     if report["nodes_without_vector"] or report["queries_without_vector"]:
         fallback = (f"are embedded by {report['query_model']}" if report["query_model"] else
                     "cannot be searched with it (--query-model to embed them)")
         out.print(f"[yellow]{report['nodes_without_vector']:,} nodes have no vector (vss never returns them); "
-                  f"{report['queries_without_vector']:,} queries have none and {fallback}[/]", highlight=False)
-    out.print(f"search with: stark-pg search {report['skb']} QUERY -m vss -o model={report['model']}", highlight=False)
+                  f"{report['queries_without_vector']:,} queries have none and {fallback}[/]", highlight=False,
+                  soft_wrap=True)
+    out.print(f"search with: stark-pg search {report['skb']} QUERY -m vss -o model={report['model']}", highlight=False,
+              soft_wrap=True)
 
 
 def search(

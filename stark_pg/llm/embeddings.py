@@ -46,7 +46,6 @@ from stark_pg.llm.prices import cost_usd
 from stark_pg.llm.settings import LLMSettings
 from stark_pg.resources import queries as sql
 
-PREFIX = "openai:"
 ENV_BASE_URL = "STARK_PG_EMBED_BASE_URL"
 KNOWN_DIMENSIONS = {"text-embedding-3-small": 1536, "text-embedding-3-large": 3072, "text-embedding-ada-002": 1536}
 PROBE = "dimension probe"      # the text embedded to learn an unknown model's dimension
@@ -54,11 +53,6 @@ PROBE = "dimension probe"      # the text embedded to learn an unknown model's d
 _cache_conn: ContextVar[psycopg.Connection | None] = ContextVar("embedding_cache_conn", default=None)
 _meters: ContextVar[tuple[Meter, ...]] = ContextVar("embedding_meters", default=())
 _default_conn: list[psycopg.Connection] = []
-
-
-def is_remote(model: str | None) -> bool:
-    """Whether `model` names an embedding API model (`openai:MODEL`) rather than a local one."""
-    return bool(model) and model.lower().startswith(PREFIX)
 
 
 def settings_for(model: str) -> LLMSettings:
