@@ -37,7 +37,7 @@ class MissingQueryVector(LookupError):
 
 @dataclass
 class Options:
-    model: str | None = None     # embedding model (default all-MiniLM-L6-v2); must match what was indexed
+    model: str | None = None     # embedding model (default all-MiniLM-L6-v2, openai:MODEL, or an imported one); as indexed
     exact: bool = False          # scan every vector instead of the HNSW index (the ground truth, slower)
     ef_search: int | None = None  # the index's candidate list (hnsw.ef_search); default max(k, 100)
     LIMITS = {"ef_search": (1, 1000)}
