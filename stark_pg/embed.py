@@ -9,6 +9,10 @@ The device is the first available of cuda, mps and cpu, unless `STARK_PG_DEVICE`
 `device=`, e.g. `stark-pg index --device`) names one: embedding a large SKB is the one step that a
 GPU speeds up by an order of magnitude, and nothing else in stark-pg needs one. Half precision
 (`half=True`) is for GPUs only: on the CPU it is slower and changes the vectors, so it is ignored there.
+
+A model named `openai:MODEL` is no local model: `encode` and `dimension` hand it to the embedding
+API provider (stark_pg/llm/embeddings.py: OpenAI or any compatible server, batched, retried, metered
+and cached in stark.llm_cache); device and precision do not apply to it.
 """
 
 from __future__ import annotations
@@ -121,7 +125,16 @@ def fresh_model(name: str | None = None, device: str = "cpu"):
                                f"Hugging Face cache (HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE')})") from exc
 
 
+def is_api_model(model: str | None) -> bool:
+    """Whether an embedding API serves `model` (`openai:MODEL`) rather than sentence-transformers."""
+    return bool(model) and model.lower().startswith("openai:")
+
+
 def dimension(model: str | None = None) -> int:
+    if is_api_model(model):
+        from stark_pg.llm import embeddings
+
+        return embeddings.dimension(model)
     m = load_model(model)
     getter = getattr(m, "get_embedding_dimension", None) or m.get_sentence_embedding_dimension
     return int(getter())
@@ -133,6 +146,10 @@ DEFAULT_BATCH = 32     # texts per forward pass: about the best on a CPU; a GPU 
 def encode(texts: list[str], model: str | None = None, batch_size: int = DEFAULT_BATCH, *,
            device: str | None = None, half: bool = False) -> np.ndarray:
     """Unit-normalised float32 embeddings, one row per text (computed in half precision if `half` on a GPU)."""
+    if is_api_model(model):
+        from stark_pg.llm import embeddings
+
+        return embeddings.encode(texts, model, batch_size)
     vectors = load_model(model, device, half).encode(texts, batch_size=batch_size, normalize_embeddings=True,
                                                      convert_to_numpy=True, show_progress_bar=False)
     return np.asarray(vectors, dtype=np.float32)

@@ -1,18 +1,28 @@
-"""A local HTTP server speaking the OpenAI chat-completions and Anthropic messages protocols.
+"""A local HTTP server speaking the OpenAI chat-completions and embeddings and the Anthropic messages protocols.
 
 The real SDK clients talk to it through their base_url, so the tests exercise the same code as a
 run against OpenAI, Anthropic or a vLLM/llama.cpp server, without a network or a model. What it
 answers is up to the test: a `responder(kind, body)` returning the reply text, or a scripted queue
 of replies (text, HTTP errors, delays) consumed first. Every request is recorded.
+
+`/v1/embeddings` answers each input with `fake_embedding(text, dim)`: a deterministic vector made from
+the text's sha256 (the same text always gets the same vector, different texts nearly orthogonal
+ones), `embedding_dim` long, as floats or base64 float32 as the request's encoding_format asks (the
+openai SDK asks for base64 unless told otherwise). Scripted errors and delays apply to it too; its
+usage reports `embedding_tokens_per_text` prompt tokens per input.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
 
 
 @dataclass
@@ -31,6 +41,8 @@ class FakeLLMServer:
         self.script: list[Scripted] = []
         self.responder = lambda kind, body: '{"ok": true}'
         self.usage = (11, 7)                    # prompt/input and completion/output tokens reported
+        self.embedding_dim = 8                  # length of the vectors /v1/embeddings returns
+        self.embedding_tokens_per_text = 5      # prompt tokens reported per embedded input
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._httpd.daemon_threads = True
@@ -63,6 +75,26 @@ class FakeLLMServer:
         answer = self.responder(kind, body)
         return answer if isinstance(answer, Scripted) else Scripted(text=answer)
 
+    def _next_embedding(self, body: dict) -> Scripted:
+        """A scripted error or delay if one is queued, else a plain answer (the vectors come from the texts)."""
+        with self._lock:
+            if self.script:
+                return self.script.pop(0)
+        return Scripted(text="")
+
+    def _embeddings(self, body: dict) -> dict:
+        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        as_base64 = body.get("encoding_format") == "base64"
+        data = []
+        for i, text in enumerate(texts):
+            vector = fake_embedding(text, self.embedding_dim)
+            data.append({"object": "embedding", "index": i,
+                         "embedding": base64.b64encode(vector.astype("<f4").tobytes()).decode() if as_base64
+                         else vector.tolist()})
+        tokens = self.embedding_tokens_per_text * len(texts)
+        return {"object": "list", "model": body.get("model"), "data": data,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
     def _handler_class(self):
         server = self
 
@@ -77,21 +109,25 @@ class FakeLLMServer:
                     kind = "openai"
                 elif self.path.endswith("/v1/messages"):
                     kind = "anthropic"
+                elif self.path.endswith("/embeddings"):
+                    kind = "embeddings"
                 else:
                     return self._send(404, {"error": {"message": f"no route {self.path}"}})
                 with server._lock:
                     server.requests.append({"kind": kind, "path": self.path, "body": body,
                                             "headers": {k.lower(): v for k, v in self.headers.items()}})
-                answer = server._next(kind, body)
+                answer = server._next(kind, body) if kind != "embeddings" else server._next_embedding(body)
                 if answer.delay:
                     time.sleep(answer.delay)
                 if answer.status != 200:
                     error = ({"error": {"message": f"scripted {answer.status}", "type": "server_error"}}
-                             if kind == "openai" else
+                             if kind != "anthropic" else
                              {"type": "error", "error": {"type": "api_error", "message": f"scripted {answer.status}"}})
                     return self._send(answer.status, error, answer.headers)
                 prompt, completion = server.usage
-                if kind == "openai":
+                if kind == "embeddings":
+                    payload = server._embeddings(body)
+                elif kind == "openai":
                     payload = {"id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
                                "model": body.get("model"),
                                "choices": [{"index": 0, "finish_reason": "stop",
@@ -124,3 +160,16 @@ class FakeLLMServer:
 def user_text(kind: str, body: dict) -> str:
     """The last user message of a request, whichever protocol."""
     return [m for m in body["messages"] if m["role"] == "user"][-1]["content"]
+
+
+def embedding_requests(server: FakeLLMServer) -> list[dict]:
+    """The /v1/embeddings requests the server received, in order."""
+    return [r for r in server.requests if r["kind"] == "embeddings"]
+
+
+def fake_embedding(text: str, dim: int = 8) -> np.ndarray:
+    """The unit vector the fake server returns for `text`: seeded by the text's sha256, so it is the
+    same on every call and for every test, without a model."""
+    seed = int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "little")
+    vector = np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
+    return vector / np.linalg.norm(vector)

@@ -53,3 +53,50 @@ select m.name, b.settings
 from stark.embedding_build b join stark.embedding_model m on m.model_id = b.model_id
 where b.skb_id = :skb_id
 order by m.name;
+
+-- name: imported_query_vector(skb, model, query)^
+-- For a model whose vectors were imported into the SKB (stark-pg import-embeddings): the model
+-- named to embed queries that came without a vector (NULL: none) and the imported vector of the SKB's
+-- query with exactly this text (NULL: none). No row for any other model.
+select b.settings -> 'imported' ->> 'query_model' as query_model,
+       (select v.vec
+        from stark.query q
+        join stark.query_vector v on v.skb_id = q.skb_id and v.query_id = q.query_id and v.model = m.name
+        where q.skb_id = b.skb_id and q.body = :query and v.body_md5 = md5(q.body)
+        order by q.query_id
+        limit 1) as vec
+from stark.embedding_build b
+join stark.embedding_model m on m.model_id = b.model_id
+where b.skb_id = stark.skb_id(:skb) and m.name = :model and b.settings ? 'imported';
+
+-- name: model_builds(model_id)
+-- Every SKB's last build with a model, with its settings (an import refuses a model stark-pg computes).
+select s.name, b.settings
+from stark.embedding_build b join stark.skb s on s.skb_id = b.skb_id
+where b.model_id = :model_id;
+
+-- name: known_node_ids(skb_id, node_ids)
+-- Which of these ids are nodes of the SKB.
+select node_id from stark.node where skb_id = :skb_id and node_id = any(:node_ids);
+
+-- name: known_query_ids(skb_id, query_ids)
+-- Which of these ids are queries of the SKB.
+select query_id from stark.query where skb_id = :skb_id and query_id = any(:query_ids);
+
+-- name: delete_query_vectors(skb_id, model)!
+delete from stark.query_vector where skb_id = :skb_id and model = :model;
+
+-- name: import_query_vectors(skb_id, model, query_ids, vecs)!
+-- Imported query vectors, each tied to the text of its query as loaded (body_md5).
+insert into stark.query_vector (skb_id, query_id, model, body_md5, vec)
+select q.skb_id, q.query_id, :model, md5(q.body), u.vec
+from unnest(cast(:query_ids as bigint[]), cast(:vecs as vector[])) as u(query_id, vec)
+join stark.query q on q.skb_id = :skb_id and q.query_id = u.query_id
+on conflict (skb_id, query_id, model) do update set body_md5 = excluded.body_md5, vec = excluded.vec;
+
+-- name: vector_coverage(skb_id, model)^
+-- The SKB's nodes and queries, and how many of its queries have a vector of the model (an import's
+-- report: what a search with the imported model can and cannot reach).
+select (select count(*) from stark.node n where n.skb_id = :skb_id),
+       (select count(*) from stark.query q where q.skb_id = :skb_id),
+       (select count(*) from stark.query_vector v where v.skb_id = :skb_id and v.model = :model);

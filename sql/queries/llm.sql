@@ -38,3 +38,9 @@ where skb_id = :skb_id and run_id = :run_id;
 select n.node_id, stark.render_document(n.skb_id, n.node_id, :with_relations)
 from stark.node n
 where n.skb_id = stark.skb_id(:skb) and n.node_id = any(:node_ids);
+
+-- name: llm_cache_get_many(provider, model, request_hashes)
+-- Several cached responses at once (the embedding provider looks up a batch of texts in one query).
+select request_hash, response, prompt_tokens, cost_usd
+from stark.llm_cache
+where provider = :provider and model = :model and request_hash = any(:request_hashes);

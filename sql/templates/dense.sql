@@ -121,3 +121,7 @@ select node_id, kind, vec from {chunk} where skb_id = %(skb_id)s and node_id = a
 
 -- name: doc_vectors_of_nodes
 select node_id, vec from {doc} where skb_id = %(skb_id)s and node_id = any(%(node_ids)s::bigint[]);
+
+-- name: delete_skb_documents
+-- All of an SKB's document vectors of the model (an import replaces them whole).
+delete from {doc} where skb_id = %(skb_id)s;

@@ -57,6 +57,7 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     from stark_pg.llm.errors import LLMError
     from stark_pg.options import OptionError
     from stark_pg.retrieve import MissingIndex, UnknownMethod
+    from stark_pg.retrieve.vss import MissingQueryVector
     from stark_pg.skb.records import LoadError
     from stark_pg.skb.store import SkbExists
 
@@ -64,6 +65,7 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     # invalid_parameter_value), one of our SQL functions raised on its arguments (RAISE EXCEPTION), or
     # the connection was lost mid-command
     return (LoadError, CompareError, DatabaseError, SkbExists, OptionError, UnknownMethod, MissingIndex,
+            MissingQueryVector,
             ModelUnavailable, DeviceError, LLMError, psycopg.OperationalError, psycopg.errors.DataError,
             psycopg.errors.RaiseException,
             UnicodeEncodeError)     # text that is not UTF-8 (bytes on a command line become lone surrogates)

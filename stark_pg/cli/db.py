@@ -91,7 +91,8 @@ def psql_binary() -> str:
 
 
 @app.command()
-def upgrade(ctx: typer.Context) -> None:
+def upgrade(ctx: typer.Context,
+            json_: bool = typer.Option(False, "--json", help="Print the revisions before and after as JSON.")) -> None:
     """Apply pending schema migrations (they also run automatically on first use)."""
     from stark_pg.db.connection import resolve_dsn
     from stark_pg.db.migrate import current_revision, upgrade as run_upgrade
@@ -99,13 +100,21 @@ def upgrade(ctx: typer.Context) -> None:
     url_ = resolve_dsn(state(ctx).dsn)
     before = current_revision(url_)
     run_upgrade(url_)
-    out.print(f"schema revision {before or '(none)'} -> {current_revision(url_)}")
+    after = current_revision(url_)
+    if json_:
+        print_json({"before": before, "after": after, "upgraded": before != after})
+        return
+    out.print(f"schema revision {before or '(none)'} -> {after}")
 
 
 @app.command()
-def stop() -> None:
+def stop(json_: bool = typer.Option(False, "--json", help="Print {\"stopped\": true|false} as JSON.")) -> None:
     """Stop the embedded PostgreSQL server (it restarts on the next command)."""
     from stark_pg.db import embedded
 
-    out.print("stopped" if embedded.stop() else "the embedded server was not running")
+    stopped = bool(embedded.stop())
+    if json_:
+        print_json({"stopped": stopped})
+        return
+    out.print("stopped" if stopped else "the embedded server was not running")
 

@@ -1,6 +1,9 @@
-"""`stark-pg index | search`: build an SKB's indexes, and query it with one retrieval method."""
+"""`stark-pg index | import-embeddings | search`: build an SKB's indexes (or import vectors made
+elsewhere), and query it with one retrieval method."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 from rich.table import Table
@@ -11,6 +14,7 @@ from stark_pg.retrieve.catalog import method_help
 
 def register(app: typer.Typer) -> None:
     app.command()(index)
+    app.command("import-embeddings")(import_embeddings)
     app.command()(search)
 
 
@@ -22,7 +26,9 @@ def index(
     dense: bool = typer.Option(True, "--dense/--no-dense",
                                help="Embeddings with a vector index (HNSW, or DiskANN: --vector-index)."),
     model: str = typer.Option(None, "--model", help="sentence-transformers model name or path "
-                                                    "(default all-MiniLM-L6-v2, offline from its PyPI package)."),
+                                                    "(default all-MiniLM-L6-v2, offline from its PyPI package), "
+                                                    "or openai:MODEL for OpenAI or a compatible server "
+                                                    "(STARK_PG_EMBED_BASE_URL), cached in stark.llm_cache."),
     multi_vector: bool = typer.Option(True, "--multi-vector/--no-multi-vector",
                                       help="Also embed fields and relation chunks (for multivss and mfar)."),
     relation_fields: bool = typer.Option(False, "--relation-fields",
@@ -37,7 +43,8 @@ def index(
     half: bool = typer.Option(False, "--half", help="Embed in half precision (float16) on a GPU; ignored on "
                                                     "the CPU. Vectors are stored as float32 either way."),
     batch_size: int = typer.Option(32, "--batch-size", help="Texts per forward pass of the embedding model "
-                                                            "(32 suits a CPU; a GPU takes hundreds)."),
+                                                            "(32 suits a CPU; a GPU takes hundreds), or per "
+                                                            "request to an openai: model."),
     vector_index: str = typer.Option(None, "--vector-index", help="hnsw (pgvector) or diskann (pgvectorscale; "
                                                                   "HNSW with a notice where it is missing). "
                                                                   "Default: as the last build, else hnsw."),
@@ -116,9 +123,67 @@ def index(
         settings = dense_report["index"]
         kind = (f"{settings['index'].upper()}" + (f" (m={settings['m']}, ef_construction={settings['ef_construction']}"
                                                   f", {settings['storage']})" if settings["index"] == "hnsw" else ""))
+        if encoding and "api" in encoding:
+            how = f", {encoding['api']}"
         out.print(f"dense ({dense_report['model']}{how}): {'; '.join(parts)}; "
                   f"{len(dense_report.get('indexes_built', []))} {kind} indexes built in {dense_report['seconds']:.1f} s",
                   highlight=False)
+        api = dense_report.get("embedding_api")
+        if api:
+            cost = "unknown cost" if api["cost_usd"] is None else f"${api['cost_usd']:.4f}"
+            out.print(f"embedding API: {api['calls']} requests, {api['cache_hits']:,} texts from the cache, "
+                      f"{api['prompt_tokens']:,} tokens, {cost}", highlight=False)
+
+
+def import_embeddings(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="The SKB the vectors belong to (its node and query ids key them)."),
+    candidates: Path = typer.Option(..., "--candidates", help="Document vectors: STaRK's candidate_emb_dict.pt "
+                                                              "(a torch.save'd dict of node id -> tensor).",
+                                    dir_okay=False),
+    queries: Path = typer.Option(None, "--queries", help="Query vectors: STaRK's query_emb_dict.pt (query id -> "
+                                                         "tensor).", dir_okay=False),
+    model_name: str = typer.Option("stark-ada-002", "--name", help="The stored model's name, for "
+                                                                   "`-m vss -o model=NAME`."),
+    query_model: str = typer.Option(None, "--query-model", help="Embed queries without an imported vector with "
+                                                                "this model (e.g. openai:text-embedding-ada-002, "
+                                                                "which needs OPENAI_API_KEY); default: such a "
+                                                                "query fails with a clear error."),
+    skip_unknown: bool = typer.Option(False, "--skip-unknown", help="Leave out vectors whose ids are not the SKB's "
+                                                                    "(files of a whole dataset, SKB of a slice) "
+                                                                    "instead of failing."),
+    json_: bool = typer.Option(False, "--json", help="Print what was imported as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+) -> None:
+    """Import vectors computed elsewhere (STaRK's published text-embedding-ada-002 embeddings) as a stored
+    model, so that `search -m vss -o model=NAME` and `eval` reproduce STaRK's VSS without an API key.
+
+    Files are read through torch's restricted unpickler; a wrong format, mixed or mismatched dimensions or
+    ids that are not the SKB's stop the import with the file at fault. One transaction: a failed import
+    leaves the database unchanged; importing again under the same name replaces the SKB's vectors.
+    """
+    from stark_pg.index.imported import import_embeddings as run_import
+
+    with state(ctx).connect() as conn:
+        report = run_import(conn, name, candidates, queries, model_name, query_model=query_model,
+                            skip_unknown=skip_unknown, progress=reporter(quiet or json_))
+    if json_:
+        print_json(report)
+        return
+    skipped = report["skipped_unknown"]
+    out.print(f"imported into {report['skb']} as model {report['model']} ({report['dim']} dimensions): "
+              f"{report['documents']:,} document vectors, {report['queries']:,} query vectors"
+              + (f"; skipped {skipped['nodes']:,} node ids and {skipped['queries']:,} query ids not in the SKB"
+                 if skipped["nodes"] or skipped["queries"] else "")
+              + f"; HNSW index built; {report['seconds']:.1f} s", highlight=False, soft_wrap=True)
+    if report["nodes_without_vector"] or report["queries_without_vector"]:
+        fallback = (f"are embedded by {report['query_model']}" if report["query_model"] else
+                    "cannot be searched with it (--query-model to embed them)")
+        out.print(f"[yellow]{report['nodes_without_vector']:,} nodes have no vector (vss never returns them); "
+                  f"{report['queries_without_vector']:,} queries have none and {fallback}[/]", highlight=False,
+                  soft_wrap=True)
+    out.print(f"search with: stark-pg search {report['skb']} QUERY -m vss -o model={report['model']}", highlight=False,
+              soft_wrap=True)
 
 
 def search(

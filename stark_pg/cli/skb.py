@@ -115,10 +115,14 @@ def info(ctx: typer.Context,
             out.print(f"  {title}: {parts}", highlight=False)
 
 
-def drop(ctx: typer.Context, name: str = typer.Argument(..., help="SKB to remove with all its rows.")) -> None:
+def drop(ctx: typer.Context, name: str = typer.Argument(..., help="SKB to remove with all its rows."),
+         json_: bool = typer.Option(False, "--json", help="Print {\"dropped\": NAME} as JSON.")) -> None:
     """Remove an SKB and everything stored for it."""
     from stark_pg.skb.catalog import drop_skb
 
     with state(ctx).connect() as conn:
         drop_skb(conn, name)
+    if json_:
+        print_json({"dropped": name})
+        return
     out.print(f"dropped {name}")

@@ -19,6 +19,7 @@ import psycopg
 
 from stark_pg.eval import metrics
 from stark_pg.eval.query_sets import QuerySet
+from stark_pg.llm.embeddings import cache_in
 from stark_pg.progress import NullReporter, Reporter
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Ranking, get_method, needs_setup
@@ -54,7 +55,8 @@ def run_method(conn: psycopg.Connection, skb_id: int, skb_name: str, method: str
         for query in todo:
             started = time.perf_counter()
             try:
-                ranking, error = module.search(conn, skb_name, query.body, depth, options), None
+                with cache_in(conn):      # an embedding API's vectors are cached in this database
+                    ranking, error = module.search(conn, skb_name, query.body, depth, options), None
             except Exception as exc:  # a failing query is recorded, not fatal
                 conn.rollback()
                 if needs_setup(exc):      # ...unless every query would fail alike

@@ -200,10 +200,34 @@ def build_dense(conn: psycopg.Connection, skb_name: str, model: str | None = Non
     Holds the SKB name's lock throughout: builds and loads of one name queue.
     """
     encoding = Encoding(device, half, encode_batch)
-    with skb_name_locked(conn, skb_name):
-        return _build_dense(conn, skb_name, model, with_relations, multi_vector, progress, max_neighbors,
-                            chunk_chars, batch_size, dict(index=index, storage=storage, m=m,
-                                                          ef_construction=ef_construction), encoding)
+    with skb_name_locked(conn, skb_name), embedding_api_metered(conn, model) as meter:
+        report = _build_dense(conn, skb_name, model, with_relations, multi_vector, progress, max_neighbors,
+                              chunk_chars, batch_size, dict(index=index, storage=storage, m=m,
+                                                            ef_construction=ef_construction), encoding)
+    if meter is not None:
+        report["embedding_api"] = meter.as_dict()
+        if report["encoding"]:
+            report["encoding"] = {"api": embedding_api_server(model), "batch": encoding.batch}
+    return report
+
+
+@contextmanager
+def embedding_api_metered(conn: psycopg.Connection, model: str | None):
+    """For an embedding API model (`openai:MODEL`): its requests cached in `conn`'s database and counted
+    by the Meter yielded; for a local model, nothing (None)."""
+    if not embed.is_api_model(model):
+        yield None
+        return
+    from stark_pg.llm import embeddings
+
+    with embeddings.cache_in(conn), embeddings.metered(model) as meter:
+        yield meter
+
+
+def embedding_api_server(model: str) -> str:
+    from stark_pg.llm import embeddings
+
+    return embeddings.settings_for(model).base_url or "api.openai.com"
 
 
 def _build_dense(conn, skb_name, model, with_relations, multi_vector, progress, max_neighbors, chunk_chars,
@@ -211,8 +235,12 @@ def _build_dense(conn, skb_name, model, with_relations, multi_vector, progress, 
     progress = progress or NullReporter()
     started = time.perf_counter()
     skb_id = require_skb(conn, skb_name)
-    tables = ensure_model(conn, model)
-    stored = queries().build_settings(conn, skb_id=skb_id, model_id=tables.model_id)
+    found = find_model(conn, model)
+    stored = queries().build_settings(conn, skb_id=skb_id, model_id=found.model_id) if found else None
+    if stored and stored.get("imported"):
+        raise OptionError(f"model {found.name!r} holds vectors imported into {skb_name!r} (stark-pg import-embeddings), "
+                          "not ones stark-pg computes: import again to change them, or index with another --model")
+    tables = found or ensure_model(conn, model)
     wanted = IndexSettings.resolve(stored, **given)
     notices = []
     if wanted.index == "diskann" and not _vectorscale_ready(conn):

@@ -4,7 +4,9 @@ A replacing load (stark_pg.skb.store) keeps the old version's postings and vecto
 hash of the text it was made from. Re-running the builds that existed, with the settings they last
 ran with, re-does only the nodes whose text changed and rebuilds the per-SKB HNSW indexes, which a
 replace does not carry. Until then a search reads the carried data: stale for changed nodes,
-complete for the rest, and vector search runs without its HNSW index (exact, slower).
+complete for the rest, and vector search runs without its HNSW index (exact, slower). Imported
+vectors (stark_pg/index/imported.py) cannot be recomputed: only those of vanished nodes are dropped,
+and their index rebuilt.
 """
 
 from __future__ import annotations
@@ -40,7 +42,10 @@ def refresh_indexes(conn: psycopg.Connection, skb_name: str, kinds: list[str],
         from stark_pg.index.dense import build_dense
 
         builds = list(sql().builds_of_skb(conn, skb_id=require_skb(conn, skb_name)))
+        from stark_pg.index.imported import reindex_imported
+
         report["dense"] = [
+            reindex_imported(conn, skb_name, model, progress) if settings.get("imported") else
             build_dense(conn, skb_name, model=model, progress=progress,
                         with_relations=settings.get("with_relations", True),
                         multi_vector=settings.get("multi_vector", True),

@@ -6,7 +6,7 @@
     with client.metered() as meter: ...; trace["llm"] = meter.as_dict()
 
 See settings.py for how the LLM is chosen, cache.py for stark.llm_cache, providers.py for retries
-and timeouts.
+and timeouts, embeddings.py for embedding models served the same way (`openai:MODEL`).
 """
 
 from stark_pg.llm.client import Completion, LLMClient, client_from_options

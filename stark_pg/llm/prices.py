@@ -19,6 +19,9 @@ PER_MILLION_TOKENS: dict[tuple[str, str], tuple[float, float]] = {
     ("openai", "gpt-5"): (1.25, 10.00),
     ("openai", "gpt-5-mini"): (0.25, 2.00),
     ("openai", "gpt-5-nano"): (0.05, 0.40),
+    ("openai", "text-embedding-3-small"): (0.02, 0.00),     # embeddings: input tokens only
+    ("openai", "text-embedding-3-large"): (0.13, 0.00),
+    ("openai", "text-embedding-ada-002"): (0.10, 0.00),
     ("anthropic", "claude-3-5-haiku"): (0.80, 4.00),
     ("anthropic", "claude-3-haiku"): (0.25, 1.25),
     ("anthropic", "claude-3-5-sonnet"): (3.00, 15.00),
