@@ -28,6 +28,7 @@ declare
     edges text;
     seen text := 'select anchor, node from k0';
     score text;
+    relation text;
 begin
     -- the text built below grows with the square of `hops`: 2000 hops ran past a 5 s statement timeout
     if hops is null or hops < 1 or hops > 6 then
@@ -43,24 +44,40 @@ begin
                         'union all select e.relation, e.src from stark.edge e where e.skb_id = %1$s and e.dst = f.node)',
                         skb);
     end if;
+    -- The relation a kept node is reached by: the first, alphabetically, among the edges from its
+    -- predecessor c.pred to it (either way unless `directed`).
+    if directed then
+        relation := format('(select min(e.relation) from stark.edge e where e.skb_id = %s and e.src = c.pred '
+                           'and e.dst = c.node)', skb);
+    else
+        relation := format('(select min(x.relation) from (select e.relation from stark.edge e where e.skb_id = %1$s '
+                           'and e.src = c.pred and e.dst = c.node union all select e.relation from stark.edge e '
+                           'where e.skb_id = %1$s and e.dst = c.pred and e.src = c.node) x)', skb);
+    end if;
     if vectors is null then
         score := 'null::double precision';
     else
         score := format('(select 1 - (d.vec <=> $2) from stark.%I d where d.skb_id = %s and d.node_id = s.node)',
                         vectors, skb);
     end if;
+    -- Per hop: c = every (anchor, neighbour) pair with its smallest predecessor, grouped by hashing
+    -- narrow rows (the paths are built only for the kept nodes: sorting a few hundred thousand rows
+    -- that carried their paths was most of a call's time at Prime's size); s = those not reached
+    -- before; r = scored; k = the cap's best, each with its predecessor's path and the alphabetically
+    -- first relation between the two.
     for h in 1..hops loop
         body := body || format(
-            ', s%1$s as (select distinct on (f.anchor, e.dst) f.anchor, e.dst as node, %1$s as hop, '
-            '    f.relations || e.relation as relations, f.path || e.dst as path '
-            '  from k%2$s f cross join lateral %3$s e '
-            '  where not exists (select 1 from (%4$s) v where v.anchor = f.anchor and v.node = e.dst) '
-            '  order by f.anchor, e.dst, f.node, e.relation), '
-            'r%1$s as (select s.*, %5$s as similarity from s%1$s s), '
-            'k%1$s as materialized (select anchor, node, hop, relations, path, similarity from '
+            ', c%1$s as (select f.anchor, e.dst as node, min(f.node) as pred '
+            '  from k%2$s f cross join lateral %3$s e group by f.anchor, e.dst), '
+            's%1$s as (select c.anchor, c.node, c.pred from c%1$s c '
+            '  where not exists (select 1 from (%4$s) v where v.anchor = c.anchor and v.node = c.node)), '
+            'r%1$s as (select s.*, %5$s as similarity from (select * from s%1$s order by node) s), '
+            'k%1$s as materialized (select c.anchor, c.node, %1$s as hop, p.relations || %6$s as relations, '
+            '  p.path || c.node as path, c.similarity from '
             '  (select r.*, row_number() over (partition by r.anchor order by r.similarity desc nulls last, r.node) as i '
-            '   from r%1$s r) c where $4::int is null or c.i <= $4)',
-            h, h - 1, edges, seen, score);
+            '   from r%1$s r) c join k%2$s p on p.anchor = c.anchor and p.node = c.pred '
+            '  where $4::int is null or c.i <= $4)',
+            h, h - 1, edges, seen, score, relation);
         seen := seen || format(' union all select anchor, node from s%s', h);
     end loop;
     return 'with ' || body || ', found as (' ||
