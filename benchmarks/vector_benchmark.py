@@ -219,6 +219,9 @@ def main() -> None:
     parser.add_argument("--parts", default="indexes,filter",
                         help="indexes (build and sweep each kind), filter (partial per SKB vs one index, second SKB)")
     parser.add_argument("--out", type=Path, default=Path("vector-benchmark"))
+    parser.add_argument("--maintenance-work-mem", default="1GB",
+                        help="for the index builds; an HNSW graph larger than this builds much more slowly "
+                             "(1M vectors, m=16: about 2 GB)")
     args = parser.parse_args()
     efs = [int(x) for x in args.ef.split(",")]
     parts = set(args.parts.split(","))
@@ -226,7 +229,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     report: dict = {"nodes": args.nodes, "dim": args.dim, "queries": args.queries, "k": k}
     with connect() as conn:
-        conn.execute("set maintenance_work_mem = '1GB'")
+        conn.execute("select set_config('maintenance_work_mem', %s, false)", (args.maintenance_work_mem,))
         name = f"vec-{args.nodes}"
         skb_ids = [ensure_skb(conn, name, args.nodes, 7)]
         if "filter" in parts:
