@@ -121,3 +121,11 @@ select node_id, kind, vec from {chunk} where skb_id = %(skb_id)s and node_id = a
 
 -- name: doc_vectors_of_nodes
 select node_id, vec from {doc} where skb_id = %(skb_id)s and node_id = any(%(node_ids)s::bigint[]);
+
+-- name: delete_skb_documents
+-- Every document vector of one SKB under this model: `stark-pg train dense` retraining a name (the
+-- texts are unchanged, so their md5 alone would keep the old encoder's vectors).
+delete from {doc} where skb_id = %(skb_id)s;
+
+-- name: delete_skb_chunks
+delete from {chunk} where skb_id = %(skb_id)s;
