@@ -20,7 +20,9 @@ from stark_pg import embed
 from stark_pg.db import connect
 from stark_pg.eval import metrics
 from stark_pg.eval.query_sets import from_split
-from stark_pg.index.dense import build_dense, find_model, statement
+from stark_pg.index.dense import build_dense, find_model
+from stark_pg.index.lexical import build_lexical
+from stark_pg.resources import queries as sql
 from stark_pg.retrieve import vss
 from stark_pg.skb.store import load_skb
 from stark_pg.train.dense import DenseSettings, render, shortlists, train_dense
@@ -61,6 +63,7 @@ def trained(server_url, template_db, tmp_path_factory):
         with connect(url) as conn:
             load_skb(conn, BundleSource(bundle(tmp_path_factory.mktemp("pairs") / SKB)))
             build_dense(conn, SKB, multi_vector=False)
+            build_lexical(conn, SKB)
             shared = train_dense(conn, SKB, DenseSettings(name="pairs-shared", **SETTINGS))
         run = cli_runner(url)
         done = run("train", "dense", SKB, "--name", "pairs-sep", "--separate", "--epochs", "1", "--negatives", "5",
@@ -171,3 +174,30 @@ def test_bad_names_are_refused(trained):
     assert "--name" in taken.stderr and "Traceback" not in taken.stderr
     slash = run("train", "dense", SKB, "--name", "../x", expect=1)
     assert "--name" in slash.stderr
+
+
+def test_mfar_uses_the_trained_model_as_its_dense_scorer_with_model(trained):
+    """`train mfar --model NAME` is the issue's `--dense-model NAME`: the dense pairs read NAME's vectors
+    and the query goes through NAME's query encoder (here the document pair only: no --multi-vector)."""
+    url, _, _ = trained
+    from stark_pg.retrieve import mfar
+    from stark_pg.train.mfar import TrainSettings, train_mfar
+
+    with connect(url) as conn:
+        report = train_mfar(conn, SKB, TrainSettings(variant="2", name="on-dense", embed_model="pairs-shared",
+                                                     epochs=2, patience=2))
+        assert [str(p) for p in report.model.pairs] == ["document:lexical", "document:dense"]
+        assert report.model.embed_model == "pairs-shared"
+        query = "Which item is Mirex okam?"
+        ranking = mfar.search(conn, SKB, query, 5, mfar.Options(name="on-dense", explain=True))
+        assert ranking.hits
+        # its dense score of a node is the cosine of the trained encoders (as vss with the model), not the base's
+        top = ranking.hits[0].node_id
+        vector = embed.encode_query(query, "pairs-shared")
+        rows = sql().mfar_field_scores(conn, skb=SKB, query=query, embedding=vector, model="pairs-shared",
+                                       lexical=[], dense=["document"], pool=0, include=[top], k1=1.2, b=0.75)
+        dense = [float(r[3]) for r in rows if r[2] == "dense"]
+        tuned = {h.node_id: h.score for h in vss.search(conn, SKB, query, 40,
+                                                         vss.Options(model="pairs-shared", exact=True)).hits}
+        base = {h.node_id: h.score for h in vss.search(conn, SKB, query, 40, vss.Options(exact=True)).hits}
+    assert len(dense) == 1 and abs(dense[0] - tuned[top]) < 1e-5 and abs(dense[0] - base[top]) > 1e-3
