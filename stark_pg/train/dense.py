@@ -329,10 +329,10 @@ def step_loss(query_model, doc_model, batch: list[EvalQuery], negatives: dict[in
     with max_tokens(doc_model, settings.max_doc_tokens):
         docs = forward(doc_model, [texts[n] for n in with_grad])
         if others:
-            doc_model.eval()
+            # in train mode like the positives: negatives embedded without dropout (eval mode) would be
+            # told apart from the positives by the noise alone, a shortcut that search never offers
             with torch.no_grad():
                 fixed = forward(doc_model, [texts[n] for n in others])
-            doc_model.train()
             docs = torch.cat([docs, fixed])
     ids = with_grad + others
     column = {n: j for j, n in enumerate(ids)}
