@@ -17,9 +17,11 @@ and cached in stark.llm_cache); device and precision do not apply to it.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
@@ -90,11 +92,42 @@ def canonical_name(model: str | None) -> str:
     return model
 
 
-def load_model(model: str | None = None, device: str | None = None, half: bool = False):
+ROLES = ("query", "document")
+DENSE_MANIFEST = "dense.json"
+_TRAINED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def trained_dense_dir(name: str) -> Path:
+    """Where `stark-pg train dense` keeps a model's files: STARK_PG_HOME/models/dense/<name>/."""
+    from stark_pg.config import home_dir
+
+    return home_dir().joinpath("models", "dense", name)
+
+
+def resolve_model(model: str | None, role: str = "query") -> str:
+    """What to load for a model name in a role ("query" or "document").
+
+    A fine-tuned dense retriever (`stark-pg train dense`) is stored under its name like any embedding
+    model, but has two encoders (or one, with shared weights): its directory's dense.json names the
+    sub-directory of each role. Any other name (a sentence-transformers name or path) is itself in
+    both roles. Resolved on every call (one stat), so a retrained model is picked up: each training
+    saves into a new sub-directory, so caches keyed by the resolved path never serve the old weights."""
+    if role not in ROLES:
+        raise ValueError(f"embedding role {role!r}: expected one of {', '.join(ROLES)}")
+    name = canonical_name(model)
+    if name == DEFAULT_MODEL or not _TRAINED_NAME.fullmatch(name):
+        return name
+    manifest = trained_dense_dir(name) / DENSE_MANIFEST
+    if not manifest.is_file():
+        return name
+    return str(manifest.parent / json.loads(manifest.read_text())[role])
+
+
+def load_model(model: str | None = None, device: str | None = None, half: bool = False, role: str = "query"):
     """A SentenceTransformer on `device` (see resolve_device), in half precision if asked and on a GPU;
-    the default model comes from its PyPI package."""
+    the default model comes from its PyPI package; a trained dense model's encoder of `role`."""
     device = resolve_device(device)
-    return _load(canonical_name(model), device, bool(half) and device != "cpu")
+    return _load(resolve_model(model, role), device, bool(half) and device != "cpu")
 
 
 @lru_cache(maxsize=4)
@@ -103,10 +136,10 @@ def _load(name: str, device: str, half: bool):
     return model.half() if half else model
 
 
-def fresh_model(name: str | None = None, device: str = "cpu"):
+def fresh_model(name: str | None = None, device: str = "cpu", role: str = "query"):
     """A new SentenceTransformer instance, not the shared cached one (for training, which changes its
     weights and keeps its other tensors on the CPU: hence the CPU unless told otherwise)."""
-    name = canonical_name(name)
+    name = resolve_model(name, role)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -144,13 +177,14 @@ DEFAULT_BATCH = 32     # texts per forward pass: about the best on a CPU; a GPU 
 
 
 def encode(texts: list[str], model: str | None = None, batch_size: int = DEFAULT_BATCH, *,
-           device: str | None = None, half: bool = False) -> np.ndarray:
-    """Unit-normalised float32 embeddings, one row per text (computed in half precision if `half` on a GPU)."""
+           device: str | None = None, half: bool = False, role: str = "query") -> np.ndarray:
+    """Unit-normalised float32 embeddings, one row per text (computed in half precision if `half` on a GPU);
+    `role` matters for a trained dense model only (its query or its document encoder)."""
     if is_api_model(model):
         from stark_pg.llm import embeddings
 
         return embeddings.encode(texts, model, batch_size)
-    vectors = load_model(model, device, half).encode(texts, batch_size=batch_size, normalize_embeddings=True,
+    vectors = load_model(model, device, half, role).encode(texts, batch_size=batch_size, normalize_embeddings=True,
                                                      convert_to_numpy=True, show_progress_bar=False)
     return np.asarray(vectors, dtype=np.float32)
 
@@ -161,4 +195,4 @@ def _query_vector(text: str, model: str) -> tuple:
 
 
 def encode_query(text: str, model: str | None = None) -> np.ndarray:
-    return np.asarray(_query_vector(text, canonical_name(model)), dtype=np.float32)
+    return np.asarray(_query_vector(text, resolve_model(model, "query")), dtype=np.float32)

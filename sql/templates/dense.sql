@@ -123,5 +123,10 @@ select node_id, kind, vec from {chunk} where skb_id = %(skb_id)s and node_id = a
 select node_id, vec from {doc} where skb_id = %(skb_id)s and node_id = any(%(node_ids)s::bigint[]);
 
 -- name: delete_skb_documents
--- All of an SKB's document vectors of the model (an import replaces them whole).
+-- Every document vector of one SKB under this model: an import replaces them whole, and `stark-pg
+-- train dense` retraining a name does too (the texts are unchanged, so their md5 alone would keep the
+-- old encoder's vectors).
 delete from {doc} where skb_id = %(skb_id)s;
+
+-- name: delete_skb_chunks
+delete from {chunk} where skb_id = %(skb_id)s;

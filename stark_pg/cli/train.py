@@ -312,3 +312,73 @@ def fusion(
                       "yes" if int(r) == report["chosen_rounds"] else "")
     out.print(table)
     out.print("most useful features (gain): " + ", ".join(report["importance"]), highlight=False)
+
+
+@app.command()
+def dense(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="The SKB whose train split to learn from (never val or test)."),
+    model_name: str = typer.Option(None, "--name", help="Store the model under this name (default "
+                                                        "dense-SKB-shared|separate); search with -m vss -o model=NAME."),
+    base: str = typer.Option(None, "--base", help="Model to start from (default: the one the SKB is indexed with, "
+                                                  "all-MiniLM-L6-v2); the SKB needs its document vectors."),
+    shared: bool = typer.Option(True, "--shared/--separate", help="One encoder for queries and documents, or a "
+                                                                  "copy fine-tuned per side."),
+    epochs: int = typer.Option(3, "--epochs", help="At most this many passes over the training queries."),
+    patience: int = typer.Option(1, "--patience", help="Stop after this many epochs without a better held-out MRR."),
+    negatives: int = typer.Option(20, "--negatives", help="Hard negatives per query: VSS's top false positives."),
+    lr: float = typer.Option(2e-5, "--lr", help="AdamW's learning rate (linear warm-up, then linear decay)."),
+    batch_size: int = typer.Option(16, "--batch-size", help="Queries per step (each brings 1 + --negatives "
+                                                            "documents; all are in-batch negatives)."),
+    temperature: float = typer.Option(0.05, "--temperature", help="Of the contrastive loss over cosines."),
+    max_doc_tokens: int = typer.Option(128, "--max-doc-tokens", help="Documents are cut to this many tokens while "
+                                                                     "training (indexing keeps the model's length)."),
+    negative_gradients: bool = typer.Option(False, "--negative-gradients", help="Backpropagate through the hard "
+                                                                                "negatives too (about 3x slower)."),
+    eval_pool: int = typer.Option(20, "--eval-pool", help="Held-out queries are re-ranked among their base VSS "
+                                                          "top N after each epoch."),
+    holdout: float = typer.Option(0.2, "--holdout", help="Share of train held out for early stopping."),
+    multi_vector: bool = typer.Option(False, "--multi-vector", help="Also embed chunks with the new document "
+                                                                    "encoder (multi-VSS, mFAR's dense fields)."),
+    seed: int = typer.Option(0, "--seed"),
+    limit: int = typer.Option(None, "--limit", help="Only the first N training queries (a quick run)."),
+    json_: bool = typer.Option(False, "--json", help="Settings, per-epoch history and held-out metrics as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+) -> None:
+    """Fine-tune STaRK's Dense Retriever: query and document encoders, contrastive loss, hard negatives.
+
+    Hard negatives are the base model's top VSS false positives (mined in SQL), plus in-batch
+    negatives; the best epoch on a seeded held-out part of train is kept. The encoders are saved under
+    STARK_PG_HOME/models/dense/NAME/, the SKB's documents re-embedded with the new document encoder
+    (their own vectors and HNSW index), and the run recorded in stark.trained_model. Then:
+    `stark-pg eval SKB -m vss -o model=NAME` (mFAR: `stark-pg train mfar SKB --model NAME`).
+    """
+    from stark_pg.train.dense import DenseSettings, train_dense
+
+    settings = DenseSettings(name=model_name, base=base, shared=shared, epochs=epochs, patience=patience,
+                             negatives=negatives, lr=lr, batch_size=batch_size, temperature=temperature,
+                             max_doc_tokens=max_doc_tokens, negative_gradients=negative_gradients,
+                             eval_pool=eval_pool, holdout=holdout, seed=seed, limit=limit, multi_vector=multi_vector)
+    with state(ctx).connect() as conn:
+        try:
+            report = train_dense(conn, name, settings, progress=reporter(quiet or json_))
+        except ValueError as exc:
+            fail(str(exc))
+    summary = {"skb": name, "model": report.name, "base": report.base, "path": report.path,
+               "best_epoch": report.best_epoch, "metrics": report.metrics, "history": report.history,
+               "documents": report.index["documents"], "settings": report.settings}
+    if json_:
+        print_json(summary)
+        return
+    table = Table(title=f"dense model {report.name!r} on {name} (from {report.base}, "
+                        f"{'shared' if shared else 'separate'} encoders): best epoch {report.best_epoch}, "
+                        f"training {report.train_seconds:.0f} s, indexing {report.index['seconds']:.0f} s",
+                  title_justify="left")
+    for column in ("epoch", "loss", "held-out Hit@1", "Hit@5", "R@20", "MRR", "seconds"):
+        table.add_column(column, justify="right")
+    for h in report.history:
+        table.add_row(str(h["epoch"]), "-" if h["loss"] is None else f"{h['loss']:.4f}",
+                      *(f"{h['holdout_' + m]:.3f}" for m in ("hit@1", "hit@5", "recall@20", "mrr")),
+                      f"{h['seconds']:.0f}")
+    out.print(table)
+    out.print(f"search it: stark-pg eval {name} -m vss -o model={report.name}", highlight=False)

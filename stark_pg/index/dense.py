@@ -360,7 +360,8 @@ def _drop_index_if_mostly_stale(conn, tables: ModelTables, table: str, skb_id: i
 
 
 def _encode(texts: list[str], tables: ModelTables, encoding: Encoding = Encoding()):
-    vectors = embed.encode(texts, tables.name, encoding.batch, device=encoding.device, half=encoding.half)
+    vectors = embed.encode(texts, tables.name, encoding.batch, device=encoding.device, half=encoding.half,
+                           role="document")
     if vectors.shape[1] != tables.dim:
         raise ValueError(f"model {tables.name!r} made {vectors.shape[1]}-dimensional vectors, but its tables hold "
                          f"{tables.dim} dimensions")
