@@ -53,6 +53,7 @@ class TrainSettings:
     embed_model: str | None = None       # default all-MiniLM-L6-v2 (what `stark-pg index` embedded)
     train_split: str = "train"
     limit: int | None = None             # only the first N queries of each part (quick runs)
+    threads: int = 1                     # torch threads while training (see `fit`)
 
     def checked(self) -> "TrainSettings":
         if self.first_stage not in FIRST_STAGES:
@@ -145,6 +146,19 @@ def fit(network, train: list[Example], stop: list[Example], table: np.ndarray, s
 
     progress = progress or NullReporter()
     rng = np.random.default_rng(settings.seed)
+    # One thread by default: a batch's operations are small (a few thousand edges), and on this 2-core
+    # machine shared with other work two threads made an epoch 3 to 10 times slower than one.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, settings.threads))
+    try:
+        return _fit(network, train, stop, table, settings, progress, rng)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _fit(network, train, stop, table, settings, progress, rng):
+    import torch
+
     usable = [e for e in train if e.graph.is_answer.any() and (~e.graph.is_answer).any()]
     optimizer = torch.optim.AdamW(network.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
     history, best = [], (-1.0, 0, None)
