@@ -18,7 +18,8 @@ from stark_pg.retrieve import get_method
 from stark_pg.skb.records import LoadError
 from stark_pg.train import qagnn as train_module
 from stark_pg.train.qagnn_model import (Subgraph, Vocabulary, build_graph, fetch_subgraph, first_stage,
-                                        graph_for_query, load_model, new_network, query_grams, rerank, score_graph)
+                                        graph_for_query, load_model, new_network, query_grams, rerank, score_graph,
+                                        torch_threads)
 
 SKB = "syn-qagnn"
 
@@ -176,7 +177,7 @@ def test_the_methods_ranking_equals_a_direct_torch_forward_and_the_tail_keeps_th
             graph, subgraph, table = graph_for_query(conn, skb_id, question, encode_query(question, model.embed_model),
                                                      ids[:30], scores[:30], model.embed_model, model.vocab,
                                                      model.config)
-            with torch.no_grad():
+            with torch.no_grad(), torch_threads(1):
                 direct = model.network(train_module.collate([graph], table))[0].numpy()
             expected = [n for n, _ in rerank(graph.candidate_ids, direct.astype(np.float64))]
             assert ranking.node_ids[:30] == expected

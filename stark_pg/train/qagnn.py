@@ -27,7 +27,8 @@ from stark_pg.eval.query_sets import QuerySet, from_split, hold_out
 from stark_pg.progress import NullReporter, Reporter
 from stark_pg.skb.catalog import require_skb
 from stark_pg.train.qagnn_model import (FIRST_STAGES, Graph, Vocabulary, build_graph, collate, fetch_subgraph,
-                                        first_stage, new_network, node_vectors, query_grams, rerank, save_model)
+                                        first_stage, new_network, node_vectors, query_grams, rerank, save_model,
+                                        torch_threads)
 
 STOP_METRICS = ("hit@1", "hit@5", "recall@20", "mrr")
 
@@ -146,14 +147,8 @@ def fit(network, train: list[Example], stop: list[Example], table: np.ndarray, s
 
     progress = progress or NullReporter()
     rng = np.random.default_rng(settings.seed)
-    # One thread by default: a batch's operations are small (a few thousand edges), and on this 2-core
-    # machine shared with other work two threads made an epoch 3 to 10 times slower than one.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, settings.threads))
-    try:
+    with torch_threads(max(1, settings.threads)):      # one by default: see torch_threads
         return _fit(network, train, stop, table, settings, progress, rng)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _fit(network, train, stop, table, settings, progress, rng):

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -444,11 +445,29 @@ def graph_for_query(conn: psycopg.Connection, skb_id: int, query: str, query_vec
     return graph, subgraph, table
 
 
+@contextmanager
+def torch_threads(count: int = 1):
+    """Torch's intra-op threads set to `count` for a block. The graphs are small (hundreds of nodes, a
+    few thousand edges), and on this shared 2-core machine two threads made a forward pass 40 times
+    slower than one (3.5 s against 80 ms, measured with other jobs running) and a training epoch 3 to
+    10 times slower."""
+    import torch
+
+    before = torch.get_num_threads()
+    if before != count:
+        torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        if before != count:
+            torch.set_num_threads(before)
+
+
 def score_graph(network, graph: Graph, table: np.ndarray) -> np.ndarray:
     """The network's scores of one graph's candidates (first-stage order), without gradients."""
     import torch
 
-    with torch.no_grad():
+    with torch.no_grad(), torch_threads(1):
         return network(collate([graph], table))[0].numpy().astype(np.float64)
 
 
