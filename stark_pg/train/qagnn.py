@@ -143,8 +143,6 @@ def first_stage_metrics(examples: list[Example]) -> dict:
 def fit(network, train: list[Example], stop: list[Example], table: np.ndarray, settings: TrainSettings,
         progress: Reporter | None = None) -> tuple[dict, list, int]:
     """Train `network` in place and load its best epoch's weights; (best state, history, best epoch)."""
-    import torch
-
     progress = progress or NullReporter()
     rng = np.random.default_rng(settings.seed)
     with torch_threads(max(1, settings.threads)):      # one by default: see torch_threads
@@ -152,6 +150,7 @@ def fit(network, train: list[Example], stop: list[Example], table: np.ndarray, s
 
 
 def _fit(network, train, stop, table, settings, progress, rng):
+    """The epochs of `fit`: a pass over the training graphs, then the held-out metrics; stop on patience."""
     import torch
 
     usable = [e for e in train if e.graph.is_answer.any() and (~e.graph.is_answer).any()]
