@@ -382,3 +382,68 @@ def dense(
                       f"{h['seconds']:.0f}")
     out.print(table)
     out.print(f"search it: stark-pg eval {name} -m vss -o model={report.name}", highlight=False)
+
+
+@app.command()
+def qagnn(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="The SKB whose train split to learn from (never val or test)."),
+    model_name: str = typer.Option("default", "--name", help="Store the model under this name; search with "
+                                                             "-o name=..."),
+    first_stage: str = typer.Option("vss", "--first-stage", help="vss | hybrid: the ranking whose top candidates "
+                                                                 "are re-ranked."),
+    candidates: int = typer.Option(100, "--candidates", help="How many of the first stage's nodes are re-ranked."),
+    layers: int = typer.Option(2, "--layers", help="Message-passing layers."),
+    hidden: int = typer.Option(128, "--hidden", help="Hidden size (a multiple of the 4 attention heads)."),
+    epochs: int = typer.Option(30, "--epochs", help="At most this many passes over the training queries."),
+    patience: int = typer.Option(8, "--patience", help="Stop after this many epochs without a better held-out MRR."),
+    lr: float = typer.Option(1e-3, "--lr", help="AdamW's learning rate."),
+    holdout: float = typer.Option(0.2, "--holdout", help="Share of train held out to choose the epoch."),
+    fanout: int = typer.Option(20, "--fanout", help="Edges one hop out per subgraph seed and direction."),
+    model: str = typer.Option(None, "--model", help="Embedding model whose stored vectors are the node features "
+                                                    "(default all-MiniLM-L6-v2, as `stark-pg index` uses)."),
+    seed: int = typer.Option(0, "--seed"),
+    limit: int = typer.Option(None, "--limit", help="Only the first N training and held-out queries (a quick run)."),
+    json_: bool = typer.Option(False, "--json", help="Settings, per-epoch history and held-out metrics as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+) -> None:
+    """Train QA-GNN: a relation-aware graph attention network re-ranking a first stage's top candidates.
+
+    Per training query: the first stage's top --candidates, the nodes its words name and the edges
+    among them and one hop out (one SQL statement); node features are the stored document vectors and
+    query relevance. The epoch kept is the one with the best MRR on a seeded --holdout share of train.
+    Weights go to STARK_PG_HOME/models/qagnn/<skb>/<name>/, the run to stark.trained_model. Then:
+    `stark-pg eval NAME -m qagnn` (or `search ... -m qagnn`).
+    """
+    from stark_pg.train.qagnn import TrainSettings, train_qagnn
+
+    settings = TrainSettings(name=model_name, first_stage=first_stage, candidates=candidates, layers=layers,
+                             hidden=hidden, epochs=epochs, patience=patience, lr=lr, holdout=holdout, fanout=fanout,
+                             embed_model=model, seed=seed, limit=limit)
+    with state(ctx).connect() as conn:
+        try:
+            report = train_qagnn(conn, name, settings, progress=reporter(quiet or json_))
+        except ValueError as exc:
+            fail(str(exc))
+    if json_:
+        print_json({"skb": name, "name": report.name, "path": report.path, "best_epoch": report.best_epoch,
+                    "holdout_metrics": report.metrics, "first_stage_holdout_metrics": report.first_stage_metrics,
+                    "subgraph_seconds": round(report.subgraph_seconds, 2),
+                    "train_seconds": round(report.train_seconds, 2), "train_queries": report.train_queries,
+                    "holdout_queries": report.stop_queries, "mean_nodes": round(report.mean_nodes, 1),
+                    "mean_edges": round(report.mean_edges, 1), "history": report.history})
+        return
+    table = Table(title=f"QA-GNN {report.name!r} on {name}: {report.train_queries} training queries, "
+                        f"{report.stop_queries} held out; subgraphs {report.subgraph_seconds:.0f} s "
+                        f"(mean {report.mean_nodes:.0f} nodes, {report.mean_edges:.0f} edges), "
+                        f"training {report.train_seconds:.0f} s", title_justify="left")
+    for column in ("epoch", "loss", "Hit@1", "Hit@5", "R@20", "MRR"):
+        table.add_column(column, justify="right")
+    first = report.first_stage_metrics
+    table.add_row(f"{first_stage} alone", "-", *(f"{first[m]:.3f}" for m in ("hit@1", "hit@5", "recall@20", "mrr")))
+    for h in report.history:
+        mark = " *" if h["epoch"] == report.best_epoch else ""
+        table.add_row(f"{h['epoch']}{mark}", f"{h['loss']:.4f}",
+                      *(f"{h['holdout_' + m]:.3f}" for m in ("hit@1", "hit@5", "recall@20", "mrr")))
+    out.print(table)
+    out.print(f"kept epoch {report.best_epoch} (*); weights: {report.path}", highlight=False)

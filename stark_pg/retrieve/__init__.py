@@ -50,6 +50,7 @@ METHODS = {
     "kar": "stark_pg.retrieve.expand.kar",
     "agent": "stark_pg.retrieve.agent",
     "fusion": "stark_pg.retrieve.fusion",
+    "qagnn": "stark_pg.retrieve.qagnn",
 }
 
 
