@@ -1,4 +1,7 @@
-"""The SQL examples of the README and of the docs pages run, as written, against the real slice."""
+"""The SQL examples of the README and of the docs pages run, as written, against the real slice.
+
+Every ```sql block must return rows there; an example that needs state the slice fixture lacks (a
+trained model) is fenced ```postgresql instead, and is not run."""
 
 from __future__ import annotations
 
