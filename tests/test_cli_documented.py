@@ -9,6 +9,7 @@ import pytest
 import typer.main
 
 from stark_pg.cli import app
+from stark_pg.cli.reference import commands as reference_commands
 from stark_pg.cli.reference import render
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -18,14 +19,9 @@ WRITTEN = "\n".join(p.read_text(encoding="utf-8") for p in [ROOT / "README.md", 
 
 
 def commands() -> list[str]:
-    group = typer.main.get_command(app)
-    found = []
-    for name, command in group.commands.items():
-        if hasattr(command, "commands"):
-            found += [f"{name} {sub}" for sub in command.commands]
-        else:
-            found.append(name)
-    return found
+    """Every command that runs something (groups left out), as `train mfar`: the walk the reference uses."""
+    return [full.removeprefix("stark-pg ") for full, command in reference_commands(typer.main.get_command(app))
+            if not hasattr(command, "commands")]
 
 
 @pytest.mark.parametrize("command", commands())

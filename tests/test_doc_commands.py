@@ -55,7 +55,6 @@ def test_the_pages_show_commands():
 def test_the_command_line_parses(page, line, args):
     group = typer.main.get_command(app)
     command, name, rest = group, "stark-pg", list(args)
-    ctx = group.make_context(name, list(rest), resilient_parsing=False) if False else None
     # walk down the groups to the command, then let its own parser check the rest
     while hasattr(command, "commands") and rest and not rest[0].startswith("-"):
         sub = command.commands.get(rest[0])
