@@ -34,7 +34,6 @@ GROUPS = {
     "type_share": lambda n: n == "type_share",
     "knn_answer": lambda n: n == "knn_answer",
     "graph (linked, hop1, hop2)": lambda n: n in ("linked", "hop1", "hop2"),
-    "answer_prior": lambda n: n == "answer_prior",
 }
 
 

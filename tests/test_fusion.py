@@ -75,18 +75,6 @@ def test_features_equal_their_sql_definitions_and_no_query_sees_its_own_answers(
         for i, node in enumerate(ids):
             assert X[i, col["knn_answer"]] == pytest.approx(expected.get(node, 0.0), abs=1e-5)
 
-        # answer_prior: every other training question adds 1 / its number of answers to each of its answers
-        prior: dict[int, float] = {}
-        for other, answer_ids in conn.execute("select body, answer_ids from stark.query where skb_id = %s "
-                                              "and split = 'train'", (skb_id,)):
-            if other != body:
-                for a in answer_ids:
-                    prior[a] = prior.get(a, 0.0) + 1 / len(answer_ids)
-        for i, node in enumerate(ids):
-            assert X[i, col["answer_prior"]] == pytest.approx(prior.get(node, 0.0))
-        assert X[:, col["answer_prior"]].max() > 0
-        assert set(answers) & set(ids), "the question's own answers must be candidates for the exclusion to be tested"
-
         # linked and hop1: the best name matches, weighted by their share of the best match
         linked = conn.execute("select node_id, score from stark.bm25_scores(%s, 'name', %s) "
                               "order by score desc, node_id limit 5", (skb_id, body)).fetchall()

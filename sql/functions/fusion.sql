@@ -16,9 +16,7 @@
 --     text as the question are left out: no query sees its own answers);
 --   linked: the candidate's BM25 over names against the query, divided by the best (the `link` best
 --     name matches only: entities the question names);
---   hop1, hop2: the largest `linked` weight among the linked entities one (two) hops away;
---   answer_prior: how often the candidate answers a training question, each question adding 1 divided
---     by its number of answers (questions with the same text as the question left out, as above).
+--   hop1, hop2: the largest `linked` weight among the linked entities one (two) hops away.
 
 create or replace function stark.fusion_pairs(skb_name text, model text default 'all-MiniLM-L6-v2')
 returns table (ord int, field text, scorer text)
@@ -43,8 +41,7 @@ language sql stable as $$
         where p.scorer = 'lexical'
         union all
         select 100000 + x.o, x.n
-        from (values (1, 'type_share'), (2, 'knn_answer'), (3, 'linked'), (4, 'hop1'), (5, 'hop2'),
-                       (6, 'answer_prior')) as x(o, n)) f
+        from (values (1, 'type_share'), (2, 'knn_answer'), (3, 'linked'), (4, 'hop1'), (5, 'hop2')) as x(o, n)) f
         order by f.o)
 $$;
 comment on function stark.fusion_feature_names(text, text) is
@@ -78,12 +75,6 @@ language sql stable as $$
         select a.node_id, sum(n.sim / sqrt(cardinality(n.answer_ids))) as w
         from near n cross join lateral unnest(n.answer_ids) as a(node_id)
         group by a.node_id),
-    prior as (
-        select a.node_id, sum(1.0 / cardinality(q.answer_ids)) as w
-        from stark.query q cross join lateral unnest(q.answer_ids) as a(node_id)
-        where q.skb_id = (select id from skb) and q.split = 'train' and q.body <> query
-              and a.node_id in (select c.node_id from cand c)
-        group by a.node_id),
     linked as (
         select l.node_id, l.score / max(l.score) over () as w
         from (select b.node_id, b.score from stark.bm25_scores((select id from skb), 'name', query) b
@@ -115,8 +106,7 @@ language sql stable as $$
                     coalesce((select k.w from knn_answers k where k.node_id = pf.node_id), 0),
                     coalesce((select l.w from linked l where l.node_id = pf.node_id), 0),
                     coalesce((select h.w from hop1 h where h.node_id = pf.node_id), 0),
-                    coalesce((select h.w from hop2 h where h.node_id = pf.node_id), 0),
-                    coalesce((select p.w from prior p where p.node_id = pf.node_id), 0)]::double precision[]
+                    coalesce((select h.w from hop2 h where h.node_id = pf.node_id), 0)]::double precision[]
     from pair_features pf
     join stark.node n on n.skb_id = (select id from skb) and n.node_id = pf.node_id
 $$;

@@ -71,7 +71,6 @@ def contributions(conn, skb: str, query: str, vector, model: FusionModel, node_i
     s = model.settings
     settings = FusionSettings(pool=s["pool"], knn=s["knn"], link=s["link"])
     ids, X = query_features(conn, skb, query, vector, settings, model.embed_model)
-    X = X[:, :len(model.features)]      # a model trained before later features were appended reads the first ones
     position = {n: i for i, n in enumerate(ids)}
     shown = [n for n in node_ids if n in position]
     values = model.booster().predict(X[[position[n] for n in shown]], pred_contrib=True)
