@@ -226,3 +226,17 @@ def test_sql_functions_reject_an_unknown_skb(conn, tmp_path, call):
     load_skb(conn, BundleSource(write_bundle(tmp_path / "tiny")))
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="no SKB named 'nosuch'"):
         conn.execute(f"select * from {call}")
+
+
+def test_a_database_migrated_by_a_newer_stark_pg_is_one_clear_line(db_url):
+    """A schema revision this stark-pg does not know (a newer release wrote it) is named, with what to do,
+    instead of alembic's traceback; the database is left as it was."""
+    from conftest import cli_runner
+
+    with psycopg.connect(db_url, autocommit=True) as c:
+        c.execute("update stark_pg_alembic_version set version_num = '9999'")
+    done = cli_runner(db_url)("info", "stark-prime-ibd", expect=1)
+    assert "schema is revision 9999, newer than this stark-pg knows (head " in done.stderr
+    assert "Traceback" not in done.stderr
+    with psycopg.connect(db_url, autocommit=True) as c:
+        assert c.execute("select version_num from stark_pg_alembic_version").fetchone()[0] == "9999"

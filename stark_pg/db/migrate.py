@@ -13,6 +13,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
+from stark_pg.db.connection import DatabaseError
 from stark_pg.resources import migrations_dir
 
 VERSION_TABLE = "stark_pg_alembic_version"
@@ -60,10 +61,28 @@ def current_revision(dsn: str) -> str | None:
         engine.dispose()
 
 
+class NewerSchema(DatabaseError):
+    """The database was migrated by a newer stark-pg: this one does not know its revision."""
+
+
 def upgrade(dsn: str, revision: str = "head") -> None:
-    if current_revision(dsn) == head_revision() and revision == "head":
+    current = current_revision(dsn)
+    if current == head_revision() and revision == "head":
         return
+    if current is not None and not _known(current):
+        # alembic would raise "Can't locate revision" from deep inside; say what happened and what to do
+        raise NewerSchema(f"the database's stark-pg schema is revision {current}, newer than this stark-pg knows "
+                          f"(head {head_revision()}): upgrade stark-pg, or use a database it created")
     command.upgrade(alembic_config(dsn), revision)
+
+
+def _known(revision: str) -> bool:
+    from alembic.util.exc import CommandError
+
+    try:
+        return ScriptDirectory.from_config(alembic_config("postgresql://")).get_revision(revision) is not None
+    except CommandError:
+        return False
 
 
 def run_sql_file(relative: str) -> None:
