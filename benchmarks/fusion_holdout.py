@@ -1,0 +1,117 @@
+"""Learned fusion judged the way val judges it, on train alone: a held-out part of train that sees only the rest.
+
+Run by hand (figures in docs/fusion.md, "How far cross-validation can be trusted"):
+    python benchmarks/fusion_holdout.py stark-prime-ibd --seed 1 [--seed 2 ...] [--rounds 100,200]
+    python benchmarks/fusion_holdout.py stark-prime-ibd --seed 1 --seed 2 --no-groups --param num_leaves=7
+
+Why: `stark-pg train fusion` chooses its rounds by k-fold cross-validation over features computed once
+for all training questions, so a held-out question's neighbour features (type_share, knn_answer) draw
+on the other held-out questions too. A val question's features draw on train only. Here a seeded 20%
+of train is relabelled `holdout` inside a transaction that is rolled back (nothing is written), the
+features of every training question are computed then (the 80% see only each other, the 20% see only
+the 80%, exactly as val sees train), LightGBM is fitted on the 80% with `train fusion`'s settings, and
+the 20% are scored: for all features and without each group of benchmarks/fusion_ablation.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from fusion_ablation import GROUPS  # noqa: E402
+
+from stark_pg.db import connect  # noqa: E402
+from stark_pg.embed import canonical_name, encode  # noqa: E402
+from stark_pg.eval import metrics  # noqa: E402
+from stark_pg.eval.query_sets import from_split  # noqa: E402
+from stark_pg.resources import queries as sql  # noqa: E402
+from stark_pg.retrieve.focus.answer_type import embed_split  # noqa: E402
+from stark_pg.skb.catalog import require_skb  # noqa: E402
+from stark_pg.train.fusion import FusionSettings, lightgbm_params, query_features, ranked_by  # noqa: E402
+
+
+def holdout_features(conn, skb: str, skb_id: int, seed: int, share: float, model: str):
+    """(fit rows, held rows) of (query, ids, X, y), computed with the held part relabelled; rolled back."""
+    settings = FusionSettings()
+    queries = from_split(conn, skb_id, "train").queries
+    order = np.random.default_rng(seed).permutation(len(queries))
+    held = {queries[i].query_id for i in order[: int(len(queries) * share)]}
+    vectors = encode([q.body for q in queries], model)
+    fit, out = [], []
+    with conn.transaction(force_rollback=True):
+        conn.execute("update stark.query set split = 'holdout' where skb_id = %s and query_id = any(%s)",
+                     (skb_id, list(held)))
+        for q, v in zip(queries, vectors):
+            ids, X = query_features(conn, skb, q.body, v, settings, model)
+            row = (q, ids, X, np.array([n in set(q.answer_ids) for n in ids], float))
+            (out if q.query_id in held else fit).append(row)
+    return fit, out
+
+
+def main() -> None:
+    import lightgbm
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("skb")
+    parser.add_argument("--dsn", default=None)
+    parser.add_argument("--seed", type=int, action="append", help="holdout draw (repeatable; default 1)")
+    parser.add_argument("--share", type=float, default=0.2, help="share of train held out")
+    parser.add_argument("--rounds", default="100", help="boosting rounds to report (comma-separated)")
+    parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                        help="a LightGBM setting to override, e.g. num_leaves=7 (repeatable)")
+    parser.add_argument("--groups", action=argparse.BooleanOptionalAction, default=True,
+                        help="also score without each feature group")
+    parser.add_argument("--features", default=None, metavar="DIR",
+                        help="keep each draw's features in DIR (re-runs with other settings read them)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    conn = connect(args.dsn) if args.dsn else connect()
+    skb_id = require_skb(conn, args.skb)
+    model = canonical_name(None)
+    embed_split(conn, args.skb, "train", model)
+    names = list(sql().fusion_feature_names(conn, skb=args.skb, model=model))
+    params = lightgbm_params(FusionSettings()) | {k: json.loads(v) for k, v in (p.split("=", 1) for p in args.param)}
+    table = []
+    for seed in args.seed or [1]:
+        cached = Path(args.features) / f"{args.skb}-seed{seed}-share{args.share}.pkl" if args.features else None
+        if cached and cached.exists():
+            fit_rows, held_rows = pickle.loads(cached.read_bytes())
+        else:
+            fit_rows, held_rows = holdout_features(conn, args.skb, skb_id, seed, args.share, model)
+            if cached:
+                cached.parent.mkdir(parents=True, exist_ok=True)
+                cached.write_bytes(pickle.dumps((fit_rows, held_rows)))
+        groups = list(GROUPS.items()) if args.groups else []
+        for label, drop in [("all features", lambda n: False)] + [(f"without {g}", f) for g, f in groups]:
+            keep = [i for i, n in enumerate(names) if not drop(n)]
+            if len(keep) == len(names) and label != "all features":
+                continue                                        # a group this SKB's features do not have
+            usable = [r for r in fit_rows if len(r[1])]
+            data = lightgbm.Dataset(np.vstack([r[2][:, keep] for r in usable]), np.concatenate([r[3] for r in usable]),
+                                    group=[len(r[1]) for r in usable])
+            for rounds in map(int, args.rounds.split(",")):
+                booster = lightgbm.train(params, data, num_boost_round=rounds)
+                scores = [metrics.evaluate(ranked_by(ids, booster.predict(X[:, keep])) if len(ids) else [], q.answer_ids)
+                          for q, ids, X, _ in held_rows]
+                table.append({"seed": seed, "variant": label, "rounds": rounds, "held": len(held_rows)}
+                             | {m: round(float(np.mean([s[m] for s in scores])), 3) for m in ("hit@1", "mrr")})
+                print(json.dumps(table[-1]), file=sys.stderr, flush=True)
+    if args.json:
+        print(json.dumps(table, indent=2))
+        return
+    print("| seed | variant | rounds | held-out questions | Hit@1 | MRR |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for r in table:
+        print(f"| {r['seed']} | {r['variant']} | {r['rounds']} | {r['held']} | {r['hit@1']:.3f} | {r['mrr']:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
