@@ -8,7 +8,8 @@ the real model (stark_pg.embed.encode, one batch; costs CPU). Every call runs, i
 order, with the default cap (100), each cap of --caps, no cap (per_hop_cap => NULL: the exact answer)
 and, unless --no-directed, the default cap with directed => true; unless --no-index, the default cap
 with last_hop => 'index', once per --index-min-rows (stark.kar_index_min_rows: an anchor whose previous
-hop's kept nodes have fewer edge rows takes the exact last hop; 0 makes every anchor walk the index).
+hop's kept nodes have fewer edge rows takes the exact last hop; 0 makes every anchor walk the index)
+and --index-overfetch (stark.kar_index_overfetch: the walk keeps that many times k nodes, then the best).
 The index setting needs an HNSW index over the SKB's document vectors: `stark-pg index` builds one for
 a real model, and --random-vectors builds one for its pseudo-model (m 16, ef_construction 64; about a
 minute at 130,000 vectors) if there is none. Prints, per setting, p50 / p95 / max
@@ -165,8 +166,10 @@ def main() -> None:
                         help="embed the SKB's query bodies with the model instead of borrowing node vectors")
     parser.add_argument("--no-directed", action="store_true", help="skip the directed => true setting")
     parser.add_argument("--no-index", action="store_true", help="skip the last_hop => 'index' settings")
-    parser.add_argument("--index-min-rows", default="5000",
+    parser.add_argument("--index-min-rows", default="15000",
                         help="stark.kar_index_min_rows for the index settings, comma-separated (one setting each)")
+    parser.add_argument("--index-overfetch", default="2",
+                        help="stark.kar_index_overfetch for the index settings, comma-separated (one setting each)")
     parser.add_argument("--show-slowest", type=int, default=0, help="print the slowest calls of each setting")
     parser.add_argument("--dsn", default=None, help="default: STARK_PG_DSN or the embedded server")
     parser.add_argument("--json", action="store_true")
@@ -174,15 +177,16 @@ def main() -> None:
     if args.random_vectors and (args.query_embeddings or args.model):
         parser.error("--random-vectors uses its own pseudo-model: no --model, no --query-embeddings")
     caps = [DEFAULT_CAP] + [int(c) for c in args.caps.split(",") if c.strip()]
-    # (label, per_hop_cap, directed, last_hop, stark.kar_index_min_rows or None)
-    settings: list[tuple[str, int | None, bool, str, int | None]] = [
+    # (label, per_hop_cap, directed, last_hop, (stark.kar_index_min_rows, stark.kar_index_overfetch) or None)
+    settings: list[tuple[str, int | None, bool, str, tuple[int, int] | None]] = [
         (f"cap {c}" + (" (default)" if c == DEFAULT_CAP else ""), c, False, "exact", None) for c in dict.fromkeys(caps)]
     settings.append(("no cap (exact)", None, False, "exact", None))
     if not args.no_directed:
         settings.append((f"directed, cap {DEFAULT_CAP}", DEFAULT_CAP, True, "exact", None))
     if not args.no_index:
-        settings += [(f"index, cap {DEFAULT_CAP}, min {m}", DEFAULT_CAP, False, "index", m)
-                     for m in dict.fromkeys(int(x) for x in args.index_min_rows.split(",") if x.strip())]
+        settings += [(f"index, cap {DEFAULT_CAP}, min {m}, x{f}", DEFAULT_CAP, False, "index", (m, f))
+                     for m in dict.fromkeys(int(x) for x in args.index_min_rows.split(",") if x.strip())
+                     for f in dict.fromkeys(int(x) for x in args.index_overfetch.split(",") if x.strip())]
     rng = random.Random(args.seed)
     with connect(args.dsn, migrate=False) as conn:   # measures only: no schema upgrade (stark-pg load did it)
         register_vector(conn)
@@ -195,9 +199,10 @@ def main() -> None:
                                     "(select count(*) from stark.edge where skb_id = %s)", (skb_id, skb_id)).fetchone()
         anchors, vectors, source = draw_calls(conn, skb_id, model, args.count, rng, args.query_embeddings)
 
-        def run(i: int, cap: int | None, directed: bool, last_hop: str, min_rows: int | None):
-            conn.execute("select set_config('stark.kar_index_min_rows', %s, false)",
-                         ("" if min_rows is None else str(min_rows),))
+        def run(i: int, cap: int | None, directed: bool, last_hop: str, walk: tuple[int, int] | None):
+            conn.execute("select set_config('stark.kar_index_min_rows', %s, false), "
+                         "set_config('stark.kar_index_overfetch', %s, false)",
+                         ("", "") if walk is None else tuple(map(str, walk)))
             return conn.execute(STATEMENT, {"skb": args.skb, "anchors": anchors[i], "hops": args.hops,
                                             "query": vectors[i], "k": args.k, "cap": cap, "model": model,
                                             "directed": directed, "last_hop": last_hop}).fetchall()
@@ -224,9 +229,10 @@ def main() -> None:
                   for rows, want_sets in zip(got, truth) for a, want in want_sets.items() if want]
         return round(float(np.mean(values)), 4) if values else None
 
-    for label, cap, directed, last_hop, min_rows in settings:
+    for label, cap, directed, last_hop, walk in settings:
         t = np.array(times[label])
-        entry = {"per_hop_cap": cap, "directed": directed, "last_hop": last_hop, "index_min_rows": min_rows,
+        entry = {"per_hop_cap": cap, "directed": directed, "last_hop": last_hop,
+                 "index_min_rows": walk and walk[0], "index_overfetch": walk and walk[1],
                  "p50_ms": round(float(np.percentile(t, 50)), 2), "p95_ms": round(float(np.percentile(t, 95)), 2),
                  "max_ms": round(float(t.max()), 2), "rows_mean": round(float(np.mean([len(r) for r in results[label]])), 2)}
         if cap is not None:
@@ -248,10 +254,10 @@ def main() -> None:
         return
     print(f"{args.skb}: {nodes:,} nodes, {edges:,} edges; {report['calls']} calls, {report['anchors_mean']} anchors "
           f"on average, hops {args.hops}, k {args.k}; query vectors: {source}")
-    print(f"  {'setting':<28} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'rows':>7} {'recall@k':>9} {'vs cap':>7}")
+    print(f"  {'setting':<33} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'rows':>7} {'recall@k':>9} {'vs cap':>7}")
     for label, entry in report["settings"].items():
         value, same_cap = entry.get("recall_vs_exact"), entry.get("recall_vs_same_cap")
-        print(f"  {label:<28} {entry['p50_ms']:8.2f} {entry['p95_ms']:8.2f} {entry['max_ms']:8.2f} "
+        print(f"  {label:<33} {entry['p50_ms']:8.2f} {entry['p95_ms']:8.2f} {entry['max_ms']:8.2f} "
               f"{entry['rows_mean']:7.1f} {'' if value is None else f'{value:.4f}':>9} "
               f"{'' if same_cap is None else f'{same_cap:.4f}':>7}")
         if entry["last_hop"] == "index":

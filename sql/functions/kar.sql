@@ -19,18 +19,22 @@
 -- so only its edge partition and vectors are read; no temporary tables.
 --
 -- last_hop => 'index' (approximate; needs a query vector, k and an HNSW index over the SKB's document
--- vectors): the last hop does not enumerate and score its whole frontier (at STaRK-Prime's size some
--- 24,000 nodes after two hops, whose vector look-ups were most of a call's time). Per anchor it walks
--- the HNSW index in order of similarity to the query (iterative scan, relaxed order, at most
--- hnsw.max_scan_tuples tuples) and keeps the first min(k, per_hop_cap) nodes that the exact hop would
--- have reached: adjacent to one of the anchor's kept nodes of the previous hop (an edge into the node
--- from it, or either way unless `directed`) and not adjacent to a kept node of any earlier hop (nor the
--- anchor itself), i.e. not reached before. Paths, relations and tie rules are those of the exact hop.
--- The final top k takes at most min(k, per_hop_cap) nodes of the last hop, so with an exact index the
--- rows equal the exact ones (ties aside); HNSW may miss some. An anchor whose last frontier is small
--- takes the exact hop instead, since the walk would then pass many index tuples per match: one whose
--- previous hop's kept nodes have fewer than `stark.kar_index_min_rows` (default 5000; a session setting)
--- edge rows to follow, counted up to that bound.
+-- vectors; without a query or k the last hop is the exact one): the last hop does not enumerate and
+-- score its whole frontier (at STaRK-Prime's size some 24,000 nodes after two hops, whose vector
+-- look-ups were most of a call's time). Per anchor it walks the HNSW index in order of similarity to
+-- the query (iterative scan, relaxed order, at most hnsw.max_scan_tuples 20,000 tuples) and keeps the
+-- first nodes that the exact hop would have reached: adjacent to one of the anchor's kept nodes of the
+-- previous hop (an edge into the node from it, or either way unless `directed`), and not to a kept node
+-- of any earlier hop, nor the anchor itself (so not reached before). It keeps min(per_hop_cap,
+-- `stark.kar_index_overfetch` (2) * k) of them: the final top k takes at most k nodes of the last hop,
+-- and the spare ones make up for the walk's relaxed order. Paths, relations and tie rules are those of
+-- the exact hop; with an exact index the rows are the exact ones (ties aside), HNSW may miss some.
+-- An anchor whose last frontier is small takes the exact hop instead: the walk would pass many index
+-- tuples (each tested against the graph) per node it keeps. That is one whose previous hop's kept
+-- nodes have fewer than `stark.kar_index_min_rows` (15,000) edge rows to follow, counted up to that
+-- bound. Both are session settings (`set stark.kar_index_min_rows = 0`: every anchor walks); the
+-- defaults were measured at STaRK-Prime's size (docs/kar.md), where the walk costs about what the
+-- exact hop does at 12,000-16,000 rows.
 
 create or replace function stark.kar_neighbours_sql(skb int, vectors text, hops int, directed boolean,
                                                     last_hop text default 'exact')
@@ -94,7 +98,7 @@ begin
             raise exception 'stark.kar_index_min_rows must be a non-negative integer, not %', quote_literal(raw)
                 using errcode = 'invalid_parameter_value';
         end if;
-        min_rows := coalesce(raw::int, 5000);
+        min_rows := coalesce(raw::int, 15000);
         raw := nullif(current_setting('stark.kar_index_overfetch', true), '');
         if raw is not null and (raw !~ '^\s*[0-9]{1,3}\s*$' or raw::int < 1) then
             raise exception 'stark.kar_index_overfetch must be an integer from 1 to 999, not %', quote_literal(raw)
@@ -148,7 +152,7 @@ begin
                 '   where d.skb_id = %9$s and d.node_id <> b.anchor '
                 '   and exists (select 1 from %10$s o where (b.anchor, o.node) in (select anchor, node from k%2$s)) '
                 '   %11$s '
-                '   order by %12$s limit least($3 * %13$s, coalesce($4, $3 * %13$s))) w), '
+                '   order by %12$s limit least($3::bigint * %13$s, coalesce($4, $3::bigint * %13$s))) w), '
                 'k%1$s as (select * from x%1$s union all '
                 '  select c.anchor, c.node, %1$s as hop, p.relations || %6$s as relations, p.path || c.node as path, '
                 '  c.similarity from i%1$s c join k%2$s p on p.anchor = c.anchor and p.node = c.pred)',
