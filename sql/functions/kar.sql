@@ -87,7 +87,7 @@ begin
         if vectors is null then
             raise exception 'kar_neighbours last_hop index needs a query vector' using errcode = 'invalid_parameter_value';
         end if;
-        ix := stark.vector_index(vectors, skb);
+        select * into ix from stark.vector_index(vectors, skb);     -- NULLs when there is no index
         if ix.method is distinct from 'hnsw' then
             raise exception 'kar_neighbours last_hop index needs an HNSW index over the SKB''s document vectors (stark.%), not %',
                 vectors, coalesce(ix.method, 'none') using errcode = 'invalid_parameter_value',
