@@ -33,8 +33,7 @@
 -- tuples (each tested against the graph) per node it keeps. That is one whose previous hop's kept
 -- nodes have fewer than `stark.kar_index_min_rows` (15,000) edge rows to follow, counted up to that
 -- bound. Both are session settings (`set stark.kar_index_min_rows = 0`: every anchor walks); the
--- defaults were measured at STaRK-Prime's size (docs/kar.md), where the walk costs about what the
--- exact hop does at 12,000-16,000 rows.
+-- defaults were chosen by measurement at STaRK-Prime's size (docs/kar.md).
 
 create or replace function stark.kar_neighbours_sql(skb int, vectors text, hops int, directed boolean,
                                                     last_hop text default 'exact')
