@@ -127,7 +127,7 @@ begin
         if h = hops and last_hop = 'index' then
             -- b = the anchors that take the index walk (the previous hop's kept nodes have at least
             -- min_rows edge rows to follow, counted up to that); the others take the exact hop (c, s, r,
-            -- x). i = per anchor, the first min(k, cap) nodes of the walk reached at this hop and not
+            -- x). i = per anchor, the first min(cap, overfetch * k) nodes of the walk reached at this hop and not
             -- before (each candidate's incoming edges against the (anchor, node) pairs kept before),
             -- with their smallest predecessors (in the walk's select list: computed only for the rows
             -- the filter passes); k = both, with paths and relations as the exact hop builds them.
