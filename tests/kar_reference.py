@@ -40,37 +40,42 @@ def cosines(vectors: dict[int, np.ndarray], query: np.ndarray | None) -> dict[in
     return {n: float(np.dot(v, q) / (np.linalg.norm(v) * np.linalg.norm(q))) for n, v in vectors.items()}
 
 
+def hop_frontiers(adj, similarities: dict[int, float], anchor: int, hops: int, cap: int | None) -> list[list[tuple]]:
+    """Per hop from `anchor`, every node first reached there (before the cap) as (node, relations,
+    path, similarity), sorted the cap's way; the next hop expands the first `cap` of them."""
+    seen = {anchor}
+    frontier = [(anchor, (), ())]                     # (node, relations, path)
+    out = []
+    for _hop in range(1, hops + 1):
+        best: dict[int, tuple] = {}
+        for node, relations, path in frontier:
+            for other, relation in adj.get(node, ()):
+                if other in seen:
+                    continue
+                key = (node, relation)
+                if other not in best or key < best[other][0]:
+                    best[other] = (key, relations + (relation,), path + (other,))
+        seen |= set(best)
+        scored = sorted(((other, rel, path, similarities.get(other)) for other, (_, rel, path) in best.items()),
+                        key=lambda r: (*_sort_key(r[3]), r[0]))
+        out.append(scored)
+        frontier = [(other, rel, path) for other, rel, path, _ in (scored if cap is None else scored[:cap])]
+        if not frontier:
+            break
+    return out
+
+
 def kar_neighbours(edges, similarities: dict[int, float], anchors, hops: int, k: int | None, cap: int | None,
                    directed: bool = False) -> list[tuple]:
     """Rows (anchor, hop, relations, path, neighbour, similarity, rank), ordered by anchor and rank.
     `similarities` maps a node to its similarity to the query (a node missing has none)."""
     adj = adjacency(edges, directed)
-
-    def similarity(node):
-        return similarities.get(node)
-
     rows = []
     for anchor in sorted({a for a in anchors if a is not None}):
-        seen = {anchor}
-        frontier = [(anchor, (), ())]                 # (node, relations, path)
         found = []
-        for hop in range(1, hops + 1):
-            best: dict[int, tuple] = {}
-            for node, relations, path in frontier:
-                for other, relation in adj.get(node, ()):
-                    if other in seen:
-                        continue
-                    key = (node, relation)
-                    if other not in best or key < best[other][0]:
-                        best[other] = (key, relations + (relation,), path + (other,))
-            seen |= set(best)
-            scored = sorted(((other, rel, path, similarity(other)) for other, (_, rel, path) in best.items()),
-                            key=lambda r: (*_sort_key(r[3]), r[0]))
+        for hop, scored in enumerate(hop_frontiers(adj, similarities, anchor, hops, cap), 1):
             kept = scored if cap is None else scored[:cap]
             found.extend((hop, rel, path, other, sim) for other, rel, path, sim in kept)
-            frontier = [(other, rel, path) for other, rel, path, _ in kept]
-            if not frontier:
-                break
         ranked = sorted(found, key=lambda r: (*_sort_key(r[4]), r[0], r[3]))
         if k is not None:
             ranked = ranked[:k]

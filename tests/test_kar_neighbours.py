@@ -216,3 +216,208 @@ def test_bad_arguments_are_named(conn):
         with pytest.raises(psycopg.errors.RaiseException, match=message):
             conn.execute("insert into stark.skb (name) values ('x') on conflict do nothing")
             conn.execute(f"select * from stark.kar_neighbours('x', array[1]::bigint[], {args})")
+
+
+# ------------------------------------------------------------------------------------------------
+# last_hop => 'index': the last hop walks the HNSW index (approximate). Its rows must still be valid
+# (each neighbour reached at that hop, through that path and those relations, never earlier), its top
+# k close to the exact one, and an anchor whose last frontier is small must get exactly the exact rows.
+
+def run_index(conn, skb: str, anchors, hops: int, query, k, cap, model: str, directed: bool = False,
+              min_rows: int = 0, overfetch: int | None = None) -> list[tuple]:
+    conn.execute("select set_config('stark.kar_index_min_rows', %s, false), "
+                 "set_config('stark.kar_index_overfetch', %s, false)", (str(min_rows), str(overfetch or "")))
+    rows = conn.execute("select anchor, hop, relations, path, neighbour, similarity, rank "
+                        "from stark.kar_neighbours(%s, %s::bigint[], %s, %s::vector, %s, %s, %s, %s, 'index')",
+                        (skb, list(anchors), hops, str(list(map(float, query))), k, cap, model, directed)).fetchall()
+    return [tuple(r) for r in rows]
+
+
+def edge_rows(adj, frontiers, hops: int, cap) -> int:
+    """The edge rows the exact last hop (hops >= 2) would read from the previous hop's kept nodes (what
+    stark.kar_index_min_rows is compared with)."""
+    kept = frontiers[hops - 2] if cap is None else frontiers[hops - 2][:cap]
+    return sum(len(adj.get(node, ())) for node, *_ in kept)
+
+
+def assert_valid(rows: list[tuple], adj, sims: dict[int, float], anchors, hops: int, k: int, cap) -> None:
+    """Every row: a node first reached at its hop (so never earlier), among the nodes the cap kept for
+    hops before the last, with the path, relations and similarity the exact hop gives it; at most k
+    rows per anchor, ranked 1.. by similarity."""
+    from kar_reference import hop_frontiers
+
+    for anchor in set(anchors):
+        mine = [r for r in rows if r[0] == anchor]
+        assert len(mine) <= k
+        assert [r[6] for r in mine] == list(range(1, len(mine) + 1))
+        assert all(b[5] is None or (a[5] is not None and a[5] >= b[5] - 1e-9) for a, b in zip(mine, mine[1:]))
+        frontiers = hop_frontiers(adj, sims, anchor, hops, cap)
+        for _, hop, relations, path, node, similarity, _ in mine:
+            assert 1 <= hop <= len(frontiers)
+            at_hop = {n: (list(rel), list(p), s) for n, rel, p, s in
+                      (frontiers[hop - 1] if hop == hops or cap is None else frontiers[hop - 1][:cap])}
+            assert node in at_hop, f"{node} is not reached at hop {hop} from {anchor}"
+            assert (relations, path) == at_hop[node][:2]
+            assert similarity == pytest.approx(at_hop[node][2], abs=1e-5)
+
+
+def top_k_recall(got: list[tuple], want: list[tuple]) -> list[float]:
+    sets = {}
+    for r in got:
+        sets.setdefault(r[0], set()).add(r[4])
+    out = []
+    for anchor in {r[0] for r in want}:
+        truth = {r[4] for r in want if r[0] == anchor}
+        out.append(len(sets.get(anchor, set()) & truth) / len(truth))
+    return out
+
+
+def test_index_last_hop_on_the_slice_is_valid_and_close_to_exact(slice_graph):
+    from kar_reference import adjacency
+
+    url, edges, vectors = slice_graph
+    adj = adjacency(edges, False)
+    rng = random.Random(13)
+    nodes_with_edges = sorted({s for s, _, _ in edges})
+    recalls, walked = [], 0
+    with connect(url) as conn:
+        for trial in range(30):
+            anchors = rng.sample(nodes_with_edges, rng.randint(1, 3))
+            query = vectors[rng.choice(sorted(vectors))]
+            hops, cap = (2, 100) if trial % 3 else (3, 20)
+            sims = sql_similarities(conn, anchors, hops, query)
+            got = run_index(conn, SLICE, anchors, hops, query, 10, cap, "all-MiniLM-L6-v2")   # every anchor walks
+            assert_valid(got, adj, sims, anchors, hops, 10, cap)
+            want = run_sql(conn, SLICE, anchors, hops, query, 10, cap, "all-MiniLM-L6-v2")
+            recalls += top_k_recall(got, want)
+            walked += sum(r[1] == hops for r in got)
+    assert walked > 100, "the walk should find last-hop nodes"
+    assert np.mean(recalls) >= 0.9, f"recall of the exact top 10: {np.mean(recalls):.3f}"
+
+
+def test_small_frontiers_take_the_exact_last_hop(slice_graph):
+    """Per anchor: fewer edge rows to follow than stark.kar_index_min_rows, exactly the exact rows; at or
+    above, valid rows from the walk; both kinds in the same calls."""
+    from kar_reference import adjacency, hop_frontiers
+
+    url, edges, vectors = slice_graph
+    adj = adjacency(edges, False)
+    rng = random.Random(17)
+    nodes_with_edges = sorted({s for s, _, _ in edges})
+    small = large = mixed = 0
+    with connect(url) as conn:
+        for _ in range(40):
+            anchors = sorted(set(rng.sample(nodes_with_edges, 3)))
+            query = vectors[rng.choice(sorted(vectors))]
+            sims = sql_similarities(conn, anchors, 2, query)
+            rows = {a: edge_rows(adj, hop_frontiers(adj, sims, a, 2, 100), 2, 100) for a in anchors}
+            min_rows = sorted(rows.values())[1]                   # the median anchor is at the bound: it walks
+            got = run_index(conn, SLICE, anchors, 2, query, 10, 100, "all-MiniLM-L6-v2", min_rows=min_rows)
+            want = run_sql(conn, SLICE, anchors, 2, query, 10, 100, "all-MiniLM-L6-v2")
+            assert_valid(got, adj, sims, anchors, 2, 10, 100)
+            for a in anchors:
+                if rows[a] < min_rows:
+                    assert_same([r for r in got if r[0] == a], [r for r in want if r[0] == a])
+                    small += 1
+                else:
+                    large += 1
+            mixed += min(rows.values()) < min_rows
+        # a bound above every anchor's rows: the whole call is the exact one
+        anchors = rng.sample(nodes_with_edges, 3)
+        query = vectors[rng.choice(sorted(vectors))]
+        assert_same(run_index(conn, SLICE, anchors, 2, query, 10, 100, "all-MiniLM-L6-v2", min_rows=10 ** 8),
+                    run_sql(conn, SLICE, anchors, 2, query, 10, 100, "all-MiniLM-L6-v2"))
+    assert small >= 20 and large >= 40 and mixed >= 20
+
+
+def random_vectors_with_hnsw(conn, skb_id: int, n_nodes: int, rng: random.Random, dim: int = 8) -> dict:
+    """A pseudo-model of random (continuous: no ties) vectors for every node, with the SKB's HNSW index."""
+    from psycopg import sql as pgsql
+
+    from stark_pg.index.dense import hnsw_index_name
+
+    name = f"rand-{dim}d"
+    row = conn.execute("select model_id, doc_table, chunk_table from stark.embedding_model where name = %s",
+                       (name,)).fetchone()
+    if row is None:
+        row = conn.execute("insert into stark.embedding_model (name, dim, doc_table, chunk_table) values "
+                           "(%s, %s, %s, %s) returning model_id, doc_table, chunk_table",
+                           (name, dim, f"emb_doc_rand{dim}", f"emb_chunk_rand{dim}")).fetchone()
+    tables = ModelTables(row[0], name, dim, row[1], row[2])
+    conn.execute(statement("create_tables", tables))
+    vectors = {node: np.array([rng.gauss(0, 1) for _ in range(dim)]) for node in range(1, n_nodes + 1)}
+    with conn.cursor().copy(pgsql.SQL("copy {} (skb_id, node_id, doc_hash, vec) from stdin").format(
+            pgsql.Identifier("stark", tables.doc_table))) as copy:
+        for node, v in vectors.items():
+            copy.write_row((skb_id, node, "rand", "[" + ",".join(map(str, v)) + "]"))
+    conn.execute(statement("create_hnsw_index", tables, index=pgsql.Identifier(hnsw_index_name(tables.doc_table, skb_id)),
+                           table=pgsql.Identifier("stark", tables.doc_table), skb=skb_id, m=16, ef_construction=64))
+    return vectors
+
+
+@pytest.mark.parametrize("seed,both_ways", [(5, True), (6, False)])
+def test_index_last_hop_on_generated_graphs_is_valid_and_close_to_exact(conn, tmp_path, seed, both_ways):
+    from kar_reference import adjacency
+    from loaders.bundle import BundleSource
+    from stark_pg.skb.store import load_skb
+
+    rng = random.Random(seed)
+    n_nodes = 1500
+    edges = toy_bundle(tmp_path / f"walk{seed}", rng, n_nodes, 12_000, both_ways)
+    skb_id = load_skb(conn, BundleSource(tmp_path / f"walk{seed}")).skb_id
+    vectors = random_vectors_with_hnsw(conn, skb_id, n_nodes, rng)
+    recalls, walked = [], 0
+    for trial in range(30):
+        anchors = rng.sample(range(1, n_nodes + 1), rng.randint(1, 3))
+        if trial % 3 == 0:
+            anchors[0] = 1                                   # a hub
+        query = np.array([rng.gauss(0, 1) for _ in range(8)])
+        hops, cap, k = rng.choice([(2, 25, 10), (2, None, 10), (3, 10, 5), (1, 50, 10)])
+        directed = trial % 2 == 1
+        adj = adjacency(edges, directed)
+        sims = cosines(vectors, query)
+        got = run_index(conn, f"walk{seed}", anchors, hops, query, k, cap, "rand-8d", directed)
+        assert_valid(got, adj, sims, anchors, hops, k, cap)
+        want = reference(edges, sims, anchors, hops, k, cap, directed)
+        recalls += top_k_recall(got, want)
+        walked += sum(r[1] == hops for r in got)
+    assert walked > 100
+    assert np.mean(recalls) >= 0.9, f"recall of the exact top k: {np.mean(recalls):.3f}"
+
+
+def test_index_last_hop_arguments_are_checked(slice_graph):
+    url, _, vectors = slice_graph
+    query = str(list(map(float, next(iter(vectors.values())))))
+    with connect(url) as conn:
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="last_hop must be exact or index, not 'fast'"):
+            conn.execute("select * from stark.kar_neighbours('stark-prime-ibd', array[1]::bigint[], "
+                         "query => %s::vector, last_hop => 'fast')", (query,))
+        conn.execute("set stark.kar_index_min_rows = 'many'")
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="kar_index_min_rows must be"):
+            conn.execute("select * from stark.kar_neighbours('stark-prime-ibd', array[1]::bigint[], "
+                         "query => %s::vector, last_hop => 'index')", (query,))
+        conn.execute("reset stark.kar_index_min_rows")
+        # without a query or a k there is no walk: the exact rows, no index needed
+        assert run_sql(conn, SLICE, [1], 2, None, None, 5, "all-MiniLM-L6-v2") == [tuple(r) for r in conn.execute(
+            "select * from stark.kar_neighbours('stark-prime-ibd', array[1]::bigint[], 2, null, null, 5, "
+            "last_hop => 'index')")]
+
+
+def test_index_last_hop_needs_an_hnsw_index(conn, tmp_path):
+    from loaders.bundle import BundleSource
+    from stark_pg.skb.store import load_skb
+
+    rng = random.Random(8)
+    toy_bundle(tmp_path / "noindex", rng, 50, 200, True)
+    skb_id = load_skb(conn, BundleSource(tmp_path / "noindex")).skb_id
+    toy_vectors(conn, skb_id, 50, rng)                       # no HNSW index over these
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="needs an HNSW index"):
+        run_index(conn, "noindex", [1], 2, [1, 0, 0, 0], 10, 100, TOY_MODEL)
+
+
+def test_kar_option_last_hop_is_checked(conn):
+    from stark_pg.options import OptionError
+    from stark_pg.retrieve.expand import kar
+
+    with pytest.raises(OptionError, match="kar last_hop must be exact or index, not 'fast'"):
+        kar.search(conn, "x", "q", options=kar.Options(last_hop="fast"))

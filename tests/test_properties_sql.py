@@ -299,6 +299,7 @@ problems = st.one_of(
     json_values)
 
 engines = st.sampled_from(["auto", "textsearch", "sql", "lucene", None])
+last_hops = st.sampled_from(["exact", "index", "x", None])
 
 # name: (SQL types of the arguments, their strategies); leaving out the writers (lex_refresh; skb.sql's
 # delete_skb_rows, create_edge_partition, attach_edge_partition) and the composite-typed 4StepFocus internals
@@ -339,10 +340,10 @@ FUNCTIONS = {
                 models]),
     "answer_type_votes": (["text", "vector", "text", "int", "text", "text"],
                           [names, vectors, st.sampled_from(["train", "val", "nope", None]), ints, models, texts]),
-    "kar_neighbours_sql": (["int", "text", "int", "boolean"],
-                           [skb_ids, st.sampled_from(["emb_doc_1", None, "nope"]), ints, bools]),
-    "kar_neighbours": (["text", "bigint[]", "int", "vector", "int", "int", "text", "boolean"],
-                       [names, id_arrays, ints, vectors, ints, ints, models, bools]),
+    "kar_neighbours_sql": (["int", "text", "int", "boolean", "text"],
+                           [skb_ids, st.sampled_from(["emb_doc_1", None, "nope"]), ints, bools, last_hops]),
+    "kar_neighbours": (["text", "bigint[]", "int", "vector", "int", "int", "text", "boolean", "text"],
+                       [names, id_arrays, ints, vectors, ints, ints, models, bools, last_hops]),
     "focus_normalize": (["text"], [texts]),
     "focus_compact": (["text"], [texts]),
     "focus_name_candidates": (["text", "text", "int"], [names, texts, ints]),

@@ -19,18 +19,18 @@ select n.node_id, n.name, n.type, stark.render_document(n.skb_id, n.node_id, fal
 from stark.node n
 where n.skb_id = stark.skb_id(:skb) and n.node_id = any(:node_ids);
 
--- name: kar_neighbours(skb, node_ids, hops, embedding, k, per_hop_cap, model, directed)
+-- name: kar_neighbours(skb, node_ids, hops, embedding, k, per_hop_cap, model, directed, last_hop)
 -- KAR steps 3-4: per anchor, the k neighbours within `hops` most similar to the query.
 select anchor, hop, relations, path, neighbour, similarity, rank
 from stark.kar_neighbours(:skb, cast(:node_ids as bigint[]), :hops, :embedding, :k, :per_hop_cap, :model,
-                          :directed);
+                          :directed, :last_hop);
 
--- name: kar_neighbours_sql(skb, hops, model, with_query, directed)$
--- The statement stark.kar_neighbours runs, for traces.
+-- name: kar_neighbours_sql(skb, hops, model, with_query, directed, last_hop)$
+-- The statement stark.kar_neighbours runs, for traces (without a query its last hop is the exact one).
 select stark.kar_neighbours_sql(stark.skb_id(:skb),
                                 case when :with_query then (select doc_table from stark.embedding_model
                                                             where name = :model) end,
-                                :hops, :directed);
+                                :hops, :directed, case when :with_query then :last_hop else 'exact' end);
 
 -- name: kar_named_nodes(skb, names)
 -- Nodes whose name equals one of `names` but for case (through node_lower_name_idx): an entity the

@@ -90,6 +90,10 @@ class EntityReply(BaseModel):
         return {"entities": data} if isinstance(data, list) else data
 
 
+# How stark.kar_neighbours builds the last hop: every frontier node scored (exact), or the first nodes of
+# the frontier met walking the HNSW index in order of similarity (index: approximate; docs/kar.md).
+LAST_HOPS = ("exact", "index")
+
 NEEDS = ("llm",)  # an LLM at query time (see README: LLMs)
 
 
@@ -107,6 +111,7 @@ class Options(LLMOptions, RetrieverOptions):
     kg: bool = True               # false: KAR w/o KG (entity documents only, no relations)
     drf: bool = True              # false: KAR w/o DRF (neighbours ranked by their names' similarity)
     directed: bool = False        # follow edges only from source to destination
+    last_hop: str = "exact"       # index: the last hop walks the HNSW index (approximate, faster at Prime's size)
     max_tokens: int = 400         # the expansion reply's limit (three documents as JSON objects need ~300)
 
 
@@ -117,6 +122,8 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
             raise OptionError(f"kar {name} must be positive, not {getattr(o, name)}")
     if o.hops > 6:
         raise OptionError(f"kar hops must be at most 6, not {o.hops}")
+    if o.last_hop not in LAST_HOPS:
+        raise OptionError(f"kar last_hop must be {' or '.join(LAST_HOPS)}, not {o.last_hop!r}")
 
     def expand(ctx: Context) -> list[str]:
         model = canonical_name(o.model)
@@ -135,7 +142,7 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
             if not o.drf:
                 rows = rank_by_names(conn, skb, query, rows, o.top_k, model)
             ctx.trace["sql"] = sql().kar_neighbours_sql(conn, skb=skb, hops=o.hops, model=model, with_query=o.drf,
-                                                        directed=o.directed)
+                                                        directed=o.directed, last_hop=o.last_hop)
         ctx.trace["neighbours"] = [{"anchor": a, "hop": h, "relations": r, "path": p, "node_id": n,
                                     "similarity": s, "rank": i} for a, h, r, p, n, s, i in rows]
         # 5. document triples
@@ -219,7 +226,8 @@ def neighbours(conn: psycopg.Connection, skb: str, anchor_ids: list[int], vector
     a vector (w/o DRF) every neighbour within the cap comes back, unranked."""
     return [tuple(r) for r in sql().kar_neighbours(conn, skb=skb, node_ids=anchor_ids, hops=o.hops,
                                                    embedding=vector, k=o.top_k if vector is not None else None,
-                                                   per_hop_cap=o.per_hop_cap, model=model, directed=o.directed)]
+                                                   per_hop_cap=o.per_hop_cap, model=model, directed=o.directed,
+                                                   last_hop=o.last_hop)]
 
 
 def rank_by_names(conn: psycopg.Connection, skb: str, query: str, rows: list[tuple], top_k: int,
