@@ -3,14 +3,14 @@ takes `last_hop text default 'exact'` ('exact' or 'index'), stark.kar_neighbours
 fifth argument. The exact path's rows are unchanged (tests/test_kar_neighbours.py). Drops the old
 signatures, then re-runs sql/functions/kar.sql.
 
-Revision ID: 0024
-Revises: 0023
+Revision ID: 0023
+Revises: 0022
 """
 
 from stark_pg.db.migrate import run_sql_file
 
-revision = "0024"
-down_revision = "0023"
+revision = "0023"
+down_revision = "0022"
 branch_labels = None
 depends_on = None
 
