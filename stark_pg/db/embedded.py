@@ -30,7 +30,11 @@ logging.getLogger("pgserver").setLevel(logging.WARNING)
 # PostgreSQL's defaults; memory comes from one profile sized to the machine (stark_pg/db/profile.py).
 # shared_buffers takes effect on the restart that follows.
 # Not synchronous_commit = off: it let a commit (a whole load) be reported before it was on disk.
+# wal_level minimal: the private server has no replicas, and a load's new edge partition (created,
+# filled and indexed in one transaction) then writes no WAL; it is fsynced at the commit instead.
 _TUNING = {
+    "wal_level": "minimal",
+    "max_wal_senders": "0",         # required by wal_level minimal
     "max_wal_size": "4GB",
     "checkpoint_timeout": "5min",   # bounds the WAL a crash leaves to replay (it was 15min: 12.8 s of recovery)
 }

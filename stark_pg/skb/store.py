@@ -198,7 +198,9 @@ def _copy_edges(conn, skb_id: int, source: SkbSource, node_ids: set[int], drop_d
     escaped: dict[str, str] = {}
     label = source.edges_label
     partition = sql().create_edge_partition(conn, skb_id=skb_id)
-    copy_edges = pgsql.SQL("copy {} (skb_id, src, relation, dst) from stdin").format(
+    # FREEZE: the partition was created in this transaction and no other session can see it before the
+    # commit, so its rows go in frozen; reads after the load then don't rewrite every page to set hint bits
+    copy_edges = pgsql.SQL("copy {} (skb_id, src, relation, dst) from stdin with (freeze)").format(
         pgsql.Identifier(*partition.split(".")))
     with progress.stage("edges") as stage, conn.cursor().copy(copy_edges) as cp:
         out = CopyWriter(cp)
