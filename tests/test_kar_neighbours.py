@@ -131,6 +131,16 @@ def toy_bundle(directory, rng: random.Random, n_nodes: int, n_edges: int, both_w
     return sorted(edges)
 
 
+def load_toy(conn, directory, rng: random.Random, n_nodes: int, n_edges: int, both_ways: bool) -> tuple[list[tuple], int]:
+    """A generated toy graph written as a bundle in `directory` and loaded as SKB `directory.name`:
+    its edges (for the references) and its skb_id."""
+    from loaders.bundle import BundleSource
+    from stark_pg.skb.store import load_skb
+
+    edges = toy_bundle(directory, rng, n_nodes, n_edges, both_ways)
+    return edges, load_skb(conn, BundleSource(directory)).skb_id
+
+
 def toy_vectors(conn, skb_id: int, n_nodes: int, rng: random.Random) -> dict[int, np.ndarray]:
     """A 4-d pseudo model; a tenth of the nodes get no vector (similarity NULL)."""
     row = conn.execute("select model_id, doc_table, chunk_table from stark.embedding_model where name = %s",
@@ -152,13 +162,9 @@ def toy_vectors(conn, skb_id: int, n_nodes: int, rng: random.Random) -> dict[int
 
 @pytest.mark.parametrize("seed,both_ways", [(1, True), (2, False), (3, True), (4, False)])
 def test_generated_graphs_equal_reference(conn, tmp_path, seed, both_ways):
-    from loaders.bundle import BundleSource
-    from stark_pg.skb.store import load_skb
-
     rng = random.Random(seed)
     n_nodes = 120
-    edges = toy_bundle(tmp_path / f"toy{seed}", rng, n_nodes, 500, both_ways)
-    skb_id = load_skb(conn, BundleSource(tmp_path / f"toy{seed}")).skb_id
+    edges, skb_id = load_toy(conn, tmp_path / f"toy{seed}", rng, n_nodes, 500, both_ways)
     vectors = toy_vectors(conn, skb_id, n_nodes, rng)
     skb = f"toy{seed}"
     ties = 0
@@ -358,13 +364,10 @@ def random_vectors_with_hnsw(conn, skb_id: int, n_nodes: int, rng: random.Random
 @pytest.mark.parametrize("seed,both_ways", [(5, True), (6, False)])
 def test_index_last_hop_on_generated_graphs_is_valid_and_close_to_exact(conn, tmp_path, seed, both_ways):
     from kar_reference import adjacency
-    from loaders.bundle import BundleSource
-    from stark_pg.skb.store import load_skb
 
     rng = random.Random(seed)
     n_nodes = 1500
-    edges = toy_bundle(tmp_path / f"walk{seed}", rng, n_nodes, 12_000, both_ways)
-    skb_id = load_skb(conn, BundleSource(tmp_path / f"walk{seed}")).skb_id
+    edges, skb_id = load_toy(conn, tmp_path / f"walk{seed}", rng, n_nodes, 12_000, both_ways)
     vectors = random_vectors_with_hnsw(conn, skb_id, n_nodes, rng)
     recalls, walked = [], 0
     for trial in range(30):
@@ -404,12 +407,8 @@ def test_index_last_hop_arguments_are_checked(slice_graph):
 
 
 def test_index_last_hop_needs_an_hnsw_index(conn, tmp_path):
-    from loaders.bundle import BundleSource
-    from stark_pg.skb.store import load_skb
-
     rng = random.Random(8)
-    toy_bundle(tmp_path / "noindex", rng, 50, 200, True)
-    skb_id = load_skb(conn, BundleSource(tmp_path / "noindex")).skb_id
+    _, skb_id = load_toy(conn, tmp_path / "noindex", rng, 50, 200, True)
     toy_vectors(conn, skb_id, 50, rng)                       # no HNSW index over these
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="needs an HNSW index"):
         run_index(conn, "noindex", [1], 2, [1, 0, 0, 0], 10, 100, TOY_MODEL)

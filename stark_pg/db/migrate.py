@@ -48,8 +48,13 @@ def alembic_config(dsn: str) -> Config:
     return cfg
 
 
+def _scripts() -> ScriptDirectory:
+    """The migrations this stark-pg ships (read from disk: build it once per question, not per call)."""
+    return ScriptDirectory.from_config(alembic_config("postgresql://"))
+
+
 def head_revision() -> str:
-    return ScriptDirectory.from_config(alembic_config("postgresql://")).get_current_head()
+    return _scripts().get_current_head()
 
 
 def current_revision(dsn: str) -> str | None:
@@ -67,20 +72,22 @@ class NewerSchema(DatabaseError):
 
 def upgrade(dsn: str, revision: str = "head") -> None:
     current = current_revision(dsn)
-    if current == head_revision() and revision == "head":
+    scripts = _scripts()
+    head = scripts.get_current_head()
+    if current == head and revision == "head":
         return
-    if current is not None and not _known(current):
+    if current is not None and not _known(scripts, current):
         # alembic would raise "Can't locate revision" from deep inside; say what happened and what to do
         raise NewerSchema(f"the database's stark-pg schema is revision {current}, newer than this stark-pg knows "
-                          f"(head {head_revision()}): upgrade stark-pg, or use a database it created")
+                          f"(head {head}): upgrade stark-pg, or use a database it created")
     command.upgrade(alembic_config(dsn), revision)
 
 
-def _known(revision: str) -> bool:
+def _known(scripts: ScriptDirectory, revision: str) -> bool:
     from alembic.util.exc import CommandError
 
     try:
-        return ScriptDirectory.from_config(alembic_config("postgresql://")).get_revision(revision) is not None
+        return scripts.get_revision(revision) is not None
     except CommandError:
         return False
 
