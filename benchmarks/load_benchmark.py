@@ -12,6 +12,12 @@ Each size runs in a fresh Python process (so peak RSS is per size), loads `Synth
 - stage rates: nodes/s of the node stage (nodes and their text), edges/s of the edge stage (COPY and
   index build), seconds of the query stage (the generator's answer computation and its COPY);
 - the generator alone: nodes/s and edges/s of iterating `nodes()` and `edges()` with no database;
+- CPU seconds per stage ("nodes", "edges", "edge indexes", "queries"): of this Python process
+  (all its threads) and of the whole PostgreSQL server (the postmaster's live children, the
+  backend, parallel index-build workers and I/O workers included, plus the children that exited:
+  the postmaster's cutime). On a shared machine wall times stretch with the load; CPU seconds show
+  the work itself, and on two cores a stage can go no faster than max(python, server) / 1 core
+  where the two overlap (COPY) and their sum where they do not (index builds);
 - peak memory. "python" is the loading process's peak RSS (getrusage ru_maxrss). "backend" is the
   PostgreSQL backend serving the load, read from /proc/<backend pid>/status (same machine only):
   VmHWM, its peak RSS, which counts the shared buffers it touched, and the peak of RssAnon (its
@@ -63,6 +69,65 @@ def _is_postgres(pid: int) -> bool:
         return False
 
 
+def _server_cpu_s(postmaster: int) -> float:
+    """CPU seconds of a local PostgreSQL server so far: its processes' utime + stime, and the
+    postmaster's cutime + cstime (children it has reaped: parallel workers of finished statements)."""
+    import psutil
+
+    total = 0.0
+    try:
+        root = psutil.Process(postmaster)
+        times = root.cpu_times()
+        total += times.user + times.system + times.children_user + times.children_system
+        for child in root.children():
+            try:
+                t = child.cpu_times()
+                total += t.user + t.system
+            except psutil.NoSuchProcess:
+                pass
+    except psutil.NoSuchProcess:
+        return float("nan")
+    return total
+
+
+def _python_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class _CpuStages:
+    """A progress reporter (stark_pg.progress.Reporter) that records each stage's CPU seconds."""
+
+    def __init__(self, postmaster: int | None):
+        self.postmaster = postmaster
+        self.cpu: dict[str, dict[str, float]] = {}
+
+    def stage(self, label: str, total: int | None = None, unit: str = ""):
+        from contextlib import contextmanager
+
+        from stark_pg.progress import NullReporter
+
+        @contextmanager
+        def timed():
+            py, server = _python_cpu_s(), _server_cpu_s(self.postmaster) if self.postmaster else float("nan")
+            with NullReporter().stage(label, total, unit) as inner:
+                yield inner
+            self.cpu[label] = {
+                "python": round(_python_cpu_s() - py, 1),
+                "server": round((_server_cpu_s(self.postmaster) if self.postmaster else float("nan")) - server, 1)}
+
+        return timed()
+
+
+def _postmaster_pid(backend: int) -> int | None:
+    import psutil
+
+    try:
+        return psutil.Process(backend).ppid()
+    except psutil.NoSuchProcess:
+        return None
+
+
 def run_one(nodes: int, edges_per_node: float, seed: int, dsn: str | None) -> dict:
     sys.path.insert(0, str(ROOT))
     from loaders.synthetic import SyntheticSource
@@ -91,7 +156,8 @@ def run_one(nodes: int, edges_per_node: float, seed: int, dsn: str | None) -> di
             watcher.start()
         source = SyntheticSource(nodes=nodes, seed=seed, edges_per_node=edges_per_node)
         started = time.perf_counter()
-        summary = load_skb(conn, source, name, if_exists="replace")
+        stages_cpu = _CpuStages(_postmaster_pid(pid) if local else None)
+        summary = load_skb(conn, source, name, if_exists="replace", progress=stages_cpu)
         seconds = time.perf_counter() - started
         done.set()
         if local:
@@ -121,6 +187,8 @@ def run_one(nodes: int, edges_per_node: float, seed: int, dsn: str | None) -> di
         "python_peak_rss_mb": round(python_peak_kb / 1024),
         "backend_peak_rss_mb": round(peak["VmHWM"] / 1024) if local else None,
         "backend_peak_private_mb": round(peak["RssAnon"] / 1024) if local else None,
+        "stage_cpu_seconds": stages_cpu.cpu,
+        "load_average_1min": round(os.getloadavg()[0], 1),
     }
 
 
@@ -183,6 +251,10 @@ def main() -> None:
         print(json.dumps(rows, indent=2))
     else:
         print(table(rows))
+        for row in rows:
+            cpu = ", ".join(f"{stage} {v['python']} / {v['server']}" for stage, v in row["stage_cpu_seconds"].items())
+            print(f"{row['nodes']:,} nodes, CPU seconds python / server per stage: {cpu}; "
+                  f"load average {row['load_average_1min']}")
         print("\npython: peak RSS of the loading process; backend: the PostgreSQL backend's peak RSS (VmHWM, "
               "shared buffers it touched included) and peak private memory (RssAnon)")
     if not was_running and not args.keep_server:
