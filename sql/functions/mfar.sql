@@ -73,15 +73,34 @@ comment on function stark.mfar_fields(text, text) is
 -- `pool` best documents by vector, and per dense field the `pool` best nodes among the nearest
 -- chunks an HNSW probe returns), plus `include` (training adds the answers and random negatives).
 -- Every candidate is then scored exactly by every pair. pool 0 scores only `include`.
+--
+-- `engine` picks each lexical field's BM25 engine as stark.bm25_engine does for its scope:
+--   'sql'         stark.bm25_scores scores every document that holds a query term; the shortlist is
+--                 its top `pool` (the reference, and the default here: training and learned fusion
+--                 compute their features with it, so trained weights meet the scores they were fit on);
+--   'textsearch'  the shortlist is stark.bm25_top through the scope's pg_textsearch index (block-max
+--                 WAND reads only postings that can enter the top `pool`), and every other candidate is
+--                 scored row by row by the same index (`body <@> to_bm25query(query, index)`, which
+--                 tokenises that one row's text and takes the index's statistics): the same scale as
+--                 the shortlist, and as stark.bm25_top's (sign and Okapi's (k1 + 1) undone);
+--   'auto'        'textsearch' for a field whose scope has an index built with this k1 and b, 'sql'
+--                 otherwise (stark.mfar's default).
+-- The engines' scores differ in the last digits (pg_textsearch stores document lengths compressed),
+-- so near-ties at a shortlist's edge can fall the other way.
+drop function if exists stark.mfar_field_scores(text, text, vector, text, text[], text[], int, bigint[],
+                                                double precision, double precision);
 create or replace function stark.mfar_field_scores(
     skb_name text, query text, qvec vector, model text, lexical_fields text[], dense_fields text[],
     pool int default 100, include bigint[] default null,
-    k1 double precision default 1.2, b double precision default 0.75)
+    k1 double precision default 1.2, b double precision default 0.75, engine text default 'sql')
 returns table (node_id bigint, field text, scorer text, score double precision)
 language plpgsql stable as $$
 declare
     skb int := stark.skb_id(skb_name);
     lex text[] := coalesce(lexical_fields, '{}');
+    exact text[];                  -- lexical fields scored by stark.bm25_scores
+    indexed text[];                -- lexical fields scored through their pg_textsearch index
+    f text;
     dense text[] := coalesce(dense_fields, '{}');
     kinds text[];
     use_doc boolean := 'document' = any(coalesce(dense_fields, '{}'));
@@ -105,17 +124,33 @@ begin
             using hint = 'fields: stark.mfar_fields(skb_name); type and relation:<r> need `stark-pg index '
                          || skb_name || ' --relation-fields`';
     end if;
+    if engine is null or engine not in ('auto', 'textsearch', 'sql') then
+        raise exception 'unknown BM25 engine %', coalesce(quote_literal(engine), 'NULL')
+            using errcode = 'invalid_parameter_value', hint = 'engines: auto, textsearch, sql';
+    end if;
+    select coalesce(array_agg(x order by x) filter (where e = 'sql'), '{}'),
+           coalesce(array_agg(x order by x) filter (where e = 'textsearch'), '{}')
+    into exact, indexed
+    from (select x, stark.bm25_engine(skb, stark.mfar_lexical_scope(x), engine, k1, b) as e
+          from (select distinct x from unnest(lex) x) d) y;
     select array_agg(stark.mfar_dense_kind(x)) filter (where x <> 'document') into kinds from unnest(dense) x;
     if 'type' = any(dense) then
         raise exception 'field type has no dense scorer (its text is one of a few type names)';
     end if;
 
-    if cardinality(lex) > 0 then
+    if cardinality(exact) > 0 then
         parts := parts || format(
             'lex as materialized (select f.field, s.node_id, s.score from unnest($1::text[]) as f(field) '
             'cross join lateral stark.bm25_scores(%s, stark.mfar_lexical_scope(f.field), $2, $7, $8) s)', skb);
         cands := cands || 'select x.node_id from (select l.node_id, row_number() over (partition by l.field '
                           'order by l.score desc, l.node_id) as r from lex l) x where x.r <= $5'::text;
+    end if;
+    if cardinality(indexed) > 0 then
+        parts := parts || format(
+            'lex_short as materialized (select s.node_id from unnest($9::text[]) as f(field) '
+            'cross join lateral stark.bm25_top(%s, stark.mfar_lexical_scope(f.field), $2, $5, $7, $8, ''textsearch'') s)',
+            skb);
+        cands := cands || 'select node_id from lex_short'::text;
     end if;
     if cardinality(dense) > 0 then
         select t.tbl into doc_table from stark.dense_target(skb_name, model, qvec, false) t;
@@ -140,10 +175,20 @@ begin
     parts := parts || ('cand as materialized (' || array_to_string(cands, ' union ') || ')');
 
     cands := '{}';
-    if cardinality(lex) > 0 then
+    if cardinality(exact) > 0 then
         cands := cands || 'select l.node_id, l.field, ''lexical''::text, l.score from lex l '
                           'join cand c on c.node_id = l.node_id'::text;
     end if;
+    -- each indexed field scores every candidate that has text in it; no match scores 0, which is no row
+    -- (`offset 0` keeps the score computed once, not again in the filter)
+    foreach f in array indexed loop
+        cands := cands || format(
+            'select x.node_id, %1$L::text, ''lexical''::text, x.score from (select t.node_id, '
+            '-(t.body <@> to_bm25query($2, %2$L)) / %3$s as score from cand c join stark.%4$I t '
+            'on t.node_id = c.node_id offset 0) x where x.score > 0',
+            f, 'stark.' || stark.bm25_index(skb, stark.mfar_lexical_scope(f)), k1 + 1,
+            stark.bm25_table(skb, stark.mfar_lexical_scope(f)));
+    end loop;
     if use_doc then
         cands := cands || format('select d.node_id, ''document''::text, ''dense''::text, 1 - (d.vec <=> $3) '
                                  'from cand c join stark.%I d on d.skb_id = %s and d.node_id = c.node_id',
@@ -159,21 +204,24 @@ begin
         return;
     end if;
     return query execute 'with ' || array_to_string(parts, ', ') || ' ' || array_to_string(cands, ' union all ')
-        using lex, query, qvec, kinds, greatest(pool, 0), include, k1, b;
+        using exact, query, qvec, kinds, greatest(pool, 0), include, k1, b, indexed;
     perform set_config('hnsw.ef_search', coalesce(saved, '40'), true);
 end
 $$;
-comment on function stark.mfar_field_scores(text, text, vector, text, text[], text[], int, bigint[], double precision, double precision) is
-    'mFAR''s per-(field, scorer) scores of a query''s candidates (the union of every pair''s shortlist, plus `include`).';
+comment on function stark.mfar_field_scores(text, text, vector, text, text[], text[], int, bigint[], double precision, double precision, text) is
+    'mFAR''s per-(field, scorer) scores of a query''s candidates (the union of every pair''s shortlist, plus `include`); lexical engine sql, textsearch or auto.';
 
 -- mFAR's ranking: sum over pairs of weight * (score - mean) / scale, the weights computed from the query
 -- by the caller (stark_pg/retrieve/mfar.py) and bound here as arrays aligned with fields/scorers.
--- A pair with weight 0 (masked) is left out altogether: no shortlist, no score.
+-- A pair with weight 0 (masked) is left out altogether: no shortlist, no score. `engine` is the lexical
+-- fields' BM25 engine (see stark.mfar_field_scores; 'auto' takes a field's pg_textsearch index when built).
+drop function if exists stark.mfar(text, text, vector, text, text[], text[], double precision[], double precision[],
+                                   double precision[], int, int, double precision, double precision);
 create or replace function stark.mfar(
     skb_name text, query text, qvec vector, model text, fields text[], scorers text[],
     weights double precision[], means double precision[], scales double precision[],
     k int default 10, pool int default 100,
-    k1 double precision default 1.2, b double precision default 0.75)
+    k1 double precision default 1.2, b double precision default 0.75, engine text default 'auto')
 returns table (node_id bigint, score double precision)
 language sql stable as $$
     with w as (select * from unnest(fields, scorers, weights, means, scales) as w(field, scorer, weight, mean, scale)
@@ -181,7 +229,7 @@ language sql stable as $$
     s as (select * from stark.mfar_field_scores(
               skb_name, query, qvec, model,
               array(select w.field from w where w.scorer = 'lexical'),
-              array(select w.field from w where w.scorer = 'dense'), pool, null, k1, b))
+              array(select w.field from w where w.scorer = 'dense'), pool, null, k1, b, engine))
     select s.node_id, (select coalesce(sum(-w.weight * w.mean / w.scale), 0) from w)
                       + sum(w.weight * s.score / w.scale) as score
     from s join w on w.field = s.field and w.scorer = s.scorer
@@ -189,5 +237,5 @@ language sql stable as $$
     order by score desc, s.node_id
     limit k
 $$;
-comment on function stark.mfar(text, text, vector, text, text[], text[], double precision[], double precision[], double precision[], int, int, double precision, double precision) is
+comment on function stark.mfar(text, text, vector, text, text[], text[], double precision[], double precision[], double precision[], int, int, double precision, double precision, text) is
     'Top-k nodes of the named SKB by an mFAR score: query-conditioned weights over (field, scorer) pairs.';
