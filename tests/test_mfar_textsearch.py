@@ -1,8 +1,9 @@
 """mFAR's lexical fields through pg_textsearch (stark.mfar_field_scores / stark.mfar `engine`), on the
 real slice with every lexical scope mFAR uses (type and relations included): an indexed field's
-shortlist is stark.bm25_top's and its scores are pg_textsearch's own; the `sql` engine gives exactly
-what the function gave before the engine existed (0023's text, kept in migration 0024's downgrade);
-the two engines rank val queries alike; a field without an index falls back to SQL under `auto`.
+shortlist is stark.bm25_top's and every candidate's score is the SQL engine's (stark.bm25_rows); the
+`sql` engine gives exactly what the function gave before the engine existed (0023's text, kept in
+migration 0024's downgrade); the two engines rank val queries alike; a field without an index falls
+back to SQL under `auto`.
 
 Only lexical pairs: the dense pairs do not depend on the engine (and field vectors take minutes of CPU).
 """
@@ -65,30 +66,40 @@ def test_every_lexical_field_of_the_slice_has_its_index(ibd):
     assert len(queries) == 171
 
 
-def test_an_indexed_fields_shortlist_is_bm25_top_and_its_scores_are_pg_textsearchs(iconn, ibd):
+def test_an_indexed_fields_shortlist_is_bm25_top_and_its_scores_are_the_sql_engines(iconn, ibd):
     _, skb_id, fields, queries = ibd
     for body, _ in queries[:15]:
         scores = field_scores(iconn, body, fields, "textsearch", pool=20)
         candidates = {n for n, _ in scores}
         for field in fields:
             scope = "*" if field == "document" else field
-            top = dict(iconn.execute("select node_id, score from stark.bm25_top(%s, %s, %s, 20, 1.2, 0.75, "
-                                     "'textsearch')", (skb_id, scope, body)).fetchall())
-            assert set(top) <= candidates
-            for node, value in top.items():             # the shortlist's scores, as stark.bm25_top gives them
-                assert scores[(node, field)] == pytest.approx(value, rel=1e-12)
-            # every candidate the field scores: pg_textsearch's own score of that row, negated, / (k1 + 1)
-            table, index = iconn.execute("select stark.bm25_table(%s, %s), 'stark.' || stark.bm25_index(%s, %s)",
-                                         (skb_id, scope, skb_id, scope)).fetchone()
-            own = dict(iconn.execute(f"select node_id, -(body <@> to_bm25query(%s, %s)) / 2.2 from stark.{table} "
-                                     "where node_id = any(%s)", (body, index, sorted(candidates))).fetchall())
-            assert {n: s for (n, f), s in scores.items() if f == field} == \
-                pytest.approx({n: s for n, s in own.items() if s > 0}, rel=1e-12)
-        # one field alone: its candidates are exactly its shortlist
+            top = iconn.execute("select node_id from stark.bm25_top(%s, %s, %s, 20, 1.2, 0.75, 'textsearch')",
+                                (skb_id, scope, body)).fetchall()
+            assert {r[0] for r in top} <= candidates
+            # every candidate holding a query term in the field: exactly stark.bm25_scores' score of it
+            exact = dict(iconn.execute("select node_id, score from stark.bm25_scores(%s, %s, %s) "
+                                       "where node_id = any(%s)", (skb_id, scope, body, sorted(candidates))).fetchall())
+            assert {n: v for (n, f), v in scores.items() if f == field} == pytest.approx(exact, rel=1e-12)
+        # one field alone: its candidates are exactly its shortlist, the nodes stark.bm25_top returns
         only = field_scores(iconn, body, ["description"], "textsearch", pool=20)
         top = iconn.execute("select node_id from stark.bm25_top(%s, 'description', %s, 20, 1.2, 0.75, 'textsearch')",
                             (skb_id, body)).fetchall()
         assert {n for n, _ in only} == {r[0] for r in top}
+
+
+def test_the_shortlist_is_the_index_ranking_not_the_exact_one(iconn, ibd):
+    """Where pg_textsearch's compressed lengths reorder the edge of a field's top `pool`, the textsearch
+    engine's candidates follow the index (so the engine is really used, not a copy of the SQL path)."""
+    _, skb_id, _, queries = ibd
+    differing = 0
+    for body, _ in queries:
+        ranked = {e: {r[0] for r in iconn.execute("select node_id from stark.bm25_top(%s, '*', %s, 20, 1.2, 0.75, %s)",
+                                                  (skb_id, body, e))} for e in ("sql", "textsearch")}
+        if ranked["sql"] != ranked["textsearch"]:
+            got = {n for n, _ in field_scores(iconn, body, ["document"], "textsearch", pool=20)}
+            assert got == ranked["textsearch"]
+            differing += 1
+    assert differing > 0
 
 
 def test_include_is_scored_through_the_index_with_pool_zero(iconn, ibd):
@@ -127,8 +138,8 @@ def ranking(conn, query: str, fields: list[str], weights: np.ndarray, engine: st
 
 
 def test_the_engines_rank_the_val_queries_alike(iconn, ibd):
-    """Every val query, every lexical field, random weights per query: the top 10 by pg_textsearch holds
-    nearly all of the SQL engine's (measured 0.98 mean overlap), and the answers rank as well."""
+    """Every val query, every lexical field, random weights per query: the top 10 with pg_textsearch's
+    shortlists holds the SQL engine's (measured: identical on all 171), and the answers rank as well."""
     _, _, fields, queries = ibd
     rng = np.random.default_rng(5)
     overlaps, reciprocal = [], {"sql": [], "textsearch": []}
@@ -140,9 +151,9 @@ def test_the_engines_rank_the_val_queries_alike(iconn, ibd):
         for engine, nodes in ranked.items():
             ranks = [i for i, n in enumerate(nodes, 1) if n in set(answers)]
             reciprocal[engine].append(1 / ranks[0] if ranks else 0.0)
-    assert sum(overlaps) / len(overlaps) >= 0.95
+    assert sum(overlaps) / len(overlaps) >= 0.99
     mrr10 = {e: sum(v) / len(v) for e, v in reciprocal.items()}
-    assert abs(mrr10["sql"] - mrr10["textsearch"]) <= 0.01, mrr10
+    assert abs(mrr10["sql"] - mrr10["textsearch"]) <= 0.005, mrr10
 
 
 def test_a_field_without_an_index_falls_back_to_sql(ibd, server_url):

@@ -1,8 +1,9 @@
 """mFAR's lexical fields through pg_textsearch: stark.mfar_field_scores and stark.mfar take `engine text`
 ('sql', 'textsearch' or 'auto', as stark.bm25_engine; mfar_field_scores defaults to 'sql', stark.mfar to
-'auto'). A field scored through its scope's index contributes stark.bm25_top's shortlist, and its score of
-every other candidate comes from the same index row by row. The 'sql' engine's rows are unchanged
-(tests/test_mfar_textsearch.py). Re-runs sql/functions/mfar.sql, which drops the old signatures.
+'auto'). A field whose scope has a pg_textsearch index takes its shortlist from the index and scores
+the union of shortlists with the new stark.bm25_rows (BM25 of given documents, probing their
+postings). The 'sql' engine's rows are unchanged (tests/test_mfar_textsearch.py). Re-runs
+sql/functions/lexical.sql (stark.bm25_rows) and sql/functions/mfar.sql (which drops the old signatures).
 
 Revision ID: 0024
 Revises: 0023
@@ -17,18 +18,21 @@ depends_on = None
 
 
 def upgrade() -> None:
+    run_sql_file("functions/lexical.sql")
     run_sql_file("functions/mfar.sql")
 
 
 def downgrade() -> None:
-    """The new signatures go and 0023's functions (no `engine`: every field by stark.bm25_scores) come back."""
+    """The new signatures and stark.bm25_rows go, and 0023's functions (no `engine`: every field by
+    stark.bm25_scores) come back."""
     from alembic import op
 
     execute = op.get_bind().connection.driver_connection.execute
     execute("drop function if exists stark.mfar(text, text, vector, text, text[], text[], double precision[], "
             "double precision[], double precision[], int, int, double precision, double precision, text), "
             "stark.mfar_field_scores(text, text, vector, text, text[], text[], int, bigint[], double precision, "
-            "double precision, text)")
+            "double precision, text), "
+            "stark.bm25_rows(int, text, text, bigint[], double precision, double precision)")
     execute(PREVIOUS)
 
 
