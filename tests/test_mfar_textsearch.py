@@ -108,7 +108,8 @@ def test_include_is_scored_through_the_index_with_pool_zero(iconn, ibd):
     full = field_scores(iconn, body, fields, "textsearch", pool=30)
     some = sorted({n for n, _ in full})[:25]
     scored = field_scores(iconn, body, fields, "textsearch", pool=0, include=some)
-    assert scored and scored == {k: v for k, v in full.items() if k[0] in some}
+    # the same sums, perhaps added in another order (a plan's choice): equal to the last bits
+    assert scored and scored == pytest.approx({k: v for k, v in full.items() if k[0] in some}, rel=1e-12)
 
 
 def test_the_sql_engine_gives_exactly_the_rows_of_the_function_before_engines(iconn, ibd):
@@ -170,10 +171,11 @@ def test_a_field_without_an_index_falls_back_to_sql(ibd, server_url):
             auto = field_scores(conn, body, fields, "auto")
             candidates = sorted({n for n, _ in auto})
             described = {k: v for k, v in auto.items() if k[1] == "description"}
-            assert described and described == field_scores(conn, body, ["description"], "sql", pool=0,
-                                                            include=candidates)
+            assert described and described == pytest.approx(
+                field_scores(conn, body, ["description"], "sql", pool=0, include=candidates), rel=1e-12)
             named = {k: v for k, v in auto.items() if k[1] == "name"}
-            assert named and named == field_scores(conn, body, ["name"], "textsearch", pool=0, include=candidates)
+            assert named and named == pytest.approx(
+                field_scores(conn, body, ["name"], "textsearch", pool=0, include=candidates), rel=1e-12)
             with pytest.raises(psycopg.errors.InvalidParameterValue, match="has no pg_textsearch index"):
                 field_scores(conn, body, fields, "textsearch")
             conn.execute("select stark.drop_bm25_tables(%s)", (skb_id,))
