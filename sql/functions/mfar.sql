@@ -101,7 +101,7 @@ declare
     indexed text[];                -- lexical fields shortlisted through their pg_textsearch index
     f text;
     shortlists text[] := '{}';
-    shortlisted bigint[];
+    shortlisted bigint[];          -- the union of the indexed fields' shortlists
     dense text[] := coalesce(dense_fields, '{}');
     kinds text[];
     use_doc boolean := 'document' = any(coalesce(dense_fields, '{}'));
@@ -160,7 +160,10 @@ begin
         end loop;
         execute 'select coalesce(array_agg(distinct x.node_id), ''{}'') from (' || array_to_string(shortlists, ' union all ')
                 || ') x' into shortlisted using greatest(pool, 0);
-        cands := cands || 'select unnest($10::bigint[])'::text;
+        -- added to `include` (one unnest): a separate `unnest($10)` branch raised the planner's estimate
+        -- of the candidates enough to hash-join whole chunk tables instead of looking candidates up
+        -- (the slice, 21 pairs: 101 ms against 67 ms for the SQL engine before, measured)
+        include := coalesce(include, '{}') || shortlisted;
     end if;
     if cardinality(dense) > 0 then
         select t.tbl into doc_table from stark.dense_target(skb_name, model, qvec, false) t;
@@ -210,7 +213,7 @@ begin
         return;
     end if;
     return query execute 'with ' || array_to_string(parts, ', ') || ' ' || array_to_string(cands, ' union all ')
-        using exact, query, qvec, kinds, greatest(pool, 0), include, k1, b, indexed, shortlisted;
+        using exact, query, qvec, kinds, greatest(pool, 0), include, k1, b, indexed;
     perform set_config('hnsw.ef_search', coalesce(saved, '40'), true);
 end
 $$;
