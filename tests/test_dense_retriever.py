@@ -195,7 +195,8 @@ def test_mfar_uses_the_trained_model_as_its_dense_scorer_with_model(trained):
         top = ranking.hits[0].node_id
         vector = embed.encode_query(query, "pairs-shared")
         rows = sql().mfar_field_scores(conn, skb=SKB, query=query, embedding=vector, model="pairs-shared",
-                                       lexical=[], dense=["document"], pool=0, include=[top], k1=1.2, b=0.75)
+                                       lexical=[], dense=["document"], pool=0, include=[top], k1=1.2, b=0.75,
+                                       engine="sql")
         dense = [float(r[3]) for r in rows if r[2] == "dense"]
         tuned = {h.node_id: h.score for h in vss.search(conn, SKB, query, 40,
                                                          vss.Options(model="pairs-shared", exact=True)).hits}

@@ -3,15 +3,16 @@
 -- name: mfar_fields(skb, model)
 select field, lexical, dense from stark.mfar_fields(:skb, :model);
 
--- name: mfar_field_scores(skb, query, embedding, model, lexical, dense, pool, include, k1, b)
+-- name: mfar_field_scores(skb, query, embedding, model, lexical, dense, pool, include, k1, b, engine)
 select node_id, field, scorer, score
 from stark.mfar_field_scores(:skb, :query, :embedding, :model, cast(:lexical as text[]), cast(:dense as text[]),
-                             :pool, cast(:include as bigint[]), :k1, :b);
+                             :pool, cast(:include as bigint[]), :k1, :b, :engine);
 
--- name: mfar_top(skb, query, embedding, model, fields, scorers, weights, means, scales, k, pool, k1, b)
+-- name: mfar_top(skb, query, embedding, model, fields, scorers, weights, means, scales, k, pool, k1, b, engine)
 select node_id, score
 from stark.mfar(:skb, :query, :embedding, :model, cast(:fields as text[]), cast(:scorers as text[]),
-                cast(:weights as float8[]), cast(:means as float8[]), cast(:scales as float8[]), cast(:k as int), :pool, :k1, :b);
+                cast(:weights as float8[]), cast(:means as float8[]), cast(:scales as float8[]), cast(:k as int), :pool, :k1, :b,
+                :engine);
 
 -- name: save_mfar_model(skb_id, name, variant, embed_model, fields, scorers, gate_weight, gate_bias, means, scales, gammas, settings, history, metrics)!
 insert into stark.mfar_model (skb_id, name, variant, embed_model, fields, scorers, gate_weight, gate_bias, means,

@@ -36,7 +36,9 @@ class Options:
     explain: bool = False        # per-result contributions of every pair in the trace (one more query)
     k1: float = 1.2
     b: float = 0.75
+    engine: str = "auto"         # lexical fields' BM25: auto (a field's pg_textsearch index when built), textsearch, sql
     LIMITS = {"k1": (0.0, 1000.0), "b": (0.0, 1.0)}    # beyond them BM25's arithmetic overflows to NaN
+    CHOICES = {"engine": ("auto", "textsearch", "sql")}
 
 
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
@@ -50,10 +52,12 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
     rows = sql().mfar_top(conn, skb=skb, query=query, embedding=vector, model=model.embed_model,
                           fields=[p.field for p in model.pairs], scorers=[p.scorer for p in model.pairs],
                           weights=weights.tolist(), means=model.means.tolist(), scales=model.scales.tolist(),
-                          k=k, pool=options.pool, k1=options.k1, b=options.b)
+                          k=k, pool=options.pool, k1=options.k1, b=options.b, engine=options.engine)
     hits = [Hit(int(node_id), float(score)) for node_id, score in rows]
     trace = {"method": "mfar", "model": model.name, "variant": model.variant, "mask": options.mask,
-             "sql": "stark.mfar(skb, query, embedding, model, fields, scorers, weights, means, scales, k, pool)",
+             "engine": options.engine,
+             "sql": "stark.mfar(skb, query, embedding, model, fields, scorers, weights, means, scales, k, pool, "
+                    "k1, b, engine)",
              "weights": {str(p): round(float(w), 6) for p, w in zip(model.pairs, weights)},
              "embed_ms": round((embedded - started) * 1000, 3),
              "sql_ms": round((time.perf_counter() - embedded) * 1000, 3)}
@@ -84,7 +88,7 @@ def contributions(conn: psycopg.Connection, skb: str, query: str, vector: np.nda
         conn, skb=skb, query=query, embedding=vector, model=model.embed_model,
         lexical=[model.pairs[i].field for i in active if model.pairs[i].scorer == "lexical"],
         dense=[model.pairs[i].field for i in active if model.pairs[i].scorer == "dense"],
-        pool=0, include=node_ids, k1=options.k1, b=options.b)
+        pool=0, include=node_ids, k1=options.k1, b=options.b, engine=options.engine)
     raw = {(int(n), f, s): float(v) for n, f, s, v in rows}
     out = {}
     for node in node_ids:

@@ -87,7 +87,7 @@ def query_features(conn: psycopg.Connection, skb: str, pairs: list[Pair], query:
     rows = sql().mfar_field_scores(conn, skb=skb, query=query.body, embedding=vector, model=embed_model,
                                    lexical=[p.field for p in pairs if p.scorer == "lexical"],
                                    dense=[p.field for p in pairs if p.scorer == "dense"],
-                                   pool=pool, include=include or [], k1=1.2, b=0.75)
+                                   pool=pool, include=include or [], k1=1.2, b=0.75, engine="sql")
     column = {(p.field, p.scorer): i for i, p in enumerate(pairs)}
     index: dict[int, int] = {node: i for i, node in enumerate(include or [])}
     cells = []
