@@ -8,17 +8,25 @@ of the statement), rounds and target-set sizes.
 
     python benchmarks/focus_benchmark.py stark-prime-ibd
     stark-pg load synthetic --nodes 130000 --edges-per-node 62 && python benchmarks/focus_benchmark.py synthetic-130000
+
+--compare FUNCTION times another SQL function with stark.focus_substitute's signature (an older version
+installed under another name, e.g. from `git show REV:sql/functions/focus.sql` with its functions
+renamed) on the same sets in the same session, alternating which of the two runs first, and counts
+the sets where the two disagree (there should be none: only plans differ between versions).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import time
 
 import numpy as np
+
+from psycopg import sql as pgsql
 
 from stark_pg.db import connect
 from stark_pg.retrieve.focus.substitute import Problem, Triplet, substitute
@@ -66,6 +74,9 @@ def main() -> None:
     parser.add_argument("--directed", action="store_true", help="edges head -> tail only (the same sets when "
                                                                     "every edge is stored both ways, as in PrimeKG)")
     parser.add_argument("--show-slowest", type=int, default=0, help="print the slowest sets' problems")
+    parser.add_argument("--compare", default=None, metavar="FUNCTION",
+                        help="also time this function (schema-qualified, focus_substitute's signature) on the "
+                             "same sets, alternating with stark.focus_substitute")
     parser.add_argument("--dsn", default=None, help="default: STARK_PG_DSN or the embedded server")
     args = parser.parse_args()
     rng = random.Random(args.seed)
@@ -84,24 +95,47 @@ def main() -> None:
             if len(problems) == args.count:
                 break
         substitute(conn, args.skb, problems[0])                         # warm caches and plans
+        other = None
+        if args.compare:
+            other = pgsql.SQL("select variable, size, node_ids, rounds from {}(%s, %s::jsonb, "
+                              "respect_relations => %s, directed => %s)").format(
+                pgsql.Identifier(*args.compare.split(".")))
+            conn.execute(other, (args.skb, json.dumps(problems[0].as_json()), False, False)).fetchall()
+        print(f"load average {' / '.join(f'{x:.2f}' for x in os.getloadavg())} (1 / 5 / 15 min) at the start")
         print(f"{args.skb}: {nodes:,} nodes, {edges:,} edges; {len(problems)} triplet sets, "
               f"edges {'head -> tail' if args.directed else 'either way'} "
               f"({statistics.mean(len(p.triplets) for p in problems):.1f} triplets, "
               f"{statistics.mean(len(p.variables) for p in problems):.1f} variables on average)")
         for respect in (False, True):
-            times, rounds, sizes = [], [], []
-            for p in problems:
+            times, rounds, sizes, other_times, differ = [], [], [], [], 0
+            for n, p in enumerate(problems):
+                if other is not None and n % 2 == 1:              # every other set, the other function first
+                    started = time.perf_counter()
+                    theirs = conn.execute(other, (args.skb, json.dumps(p.as_json()), respect, args.directed)).fetchall()
+                    other_times.append((time.perf_counter() - started) * 1000)
                 started = time.perf_counter()
                 result = substitute(conn, args.skb, p, respect_relations=respect, directed=args.directed)
                 times.append((time.perf_counter() - started) * 1000)
                 rounds.append(result.rounds)
                 sizes.append(result.sets["x1"].size)
+                if other is not None and n % 2 == 0:
+                    started = time.perf_counter()
+                    theirs = conn.execute(other, (args.skb, json.dumps(p.as_json()), respect, args.directed)).fetchall()
+                    other_times.append((time.perf_counter() - started) * 1000)
+                if other is not None:
+                    ours = {v: (s.size, s.node_ids) for v, s in result.sets.items()}
+                    differ += ours != {v: (size, ids) for v, size, ids, _ in theirs}
             t = np.array(times)
             for i in np.argsort(-t)[:args.show_slowest]:
                 print(f"    {t[i]:.1f} ms, rounds {rounds[i]}, target {sizes[i]}: {json.dumps(problems[i].as_json())}")
             print(f"  relations {'respected' if respect else 'ignored '}: p50 {np.percentile(t, 50):7.2f} ms  "
                   f"p95 {np.percentile(t, 95):7.2f} ms  max {t.max():8.2f} ms  | rounds mean {np.mean(rounds):.1f} "
                   f"max {max(rounds)} | target set median {int(np.median(sizes))}, p95 {int(np.percentile(sizes, 95))}")
+            if other is not None:
+                o = np.array(other_times)
+                print(f"    {args.compare}: p50 {np.percentile(o, 50):7.2f} ms  p95 {np.percentile(o, 95):7.2f} ms  "
+                      f"max {o.max():8.2f} ms  | sets that differ: {differ}")
+        print(f"load average {' / '.join(f'{x:.2f}' for x in os.getloadavg())} (1 / 5 / 15 min) at the end")
 
 
 if __name__ == "__main__":
