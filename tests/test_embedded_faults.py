@@ -129,3 +129,21 @@ def test_a_killed_server_not_yet_reaped_is_waited_for(embedded, monkeypatch):
     with psycopg.connect(embedded.start().uri) as conn:
         assert conn.execute("select 1").fetchone() == (1,)
     reaper.join()
+
+
+def test_a_load_on_a_server_defaulting_to_repeatable_read_still_loads(db_url):
+    """COPY ... FREEZE (the edges of a new partition) is refused after "prior transaction activity" (more
+    than one registered snapshot, an open cursor); a load whose transaction is repeatable read, as on a
+    server that defaults to it, holds its transaction snapshot from the first query on and must still load."""
+    from loaders.synthetic import SyntheticSource
+    from stark_pg.db import connect
+    from stark_pg.skb.store import load_skb
+
+    with connect(db_url) as conn:
+        conn.execute("set default_transaction_isolation = 'repeatable read'")
+        summary = load_skb(conn, SyntheticSource(nodes=300, seed=2, edges_per_node=5), "snapshotted")
+        with conn.transaction():
+            assert conn.execute("show transaction_isolation").fetchone() == ("repeatable read",)
+            assert conn.execute("select count(*) from stark.edge e join stark.skb s using (skb_id) "
+                                "where s.name = 'snapshotted'").fetchone() == (summary.edges,)
+    assert summary.edges > 0
