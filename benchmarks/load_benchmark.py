@@ -69,11 +69,14 @@ def _is_postgres(pid: int) -> bool:
         return False
 
 
-def _server_cpu_s(postmaster: int) -> float:
+def _server_cpu_s(postmaster: int | None) -> float:
     """CPU seconds of a local PostgreSQL server so far: its processes' utime + stime, and the
-    postmaster's cutime + cstime (children it has reaped: parallel workers of finished statements)."""
+    postmaster's cutime + cstime (children it has reaped: parallel workers of finished statements).
+    NaN for a server that is not local (no postmaster pid)."""
     import psutil
 
+    if postmaster is None:
+        return float("nan")
     total = 0.0
     try:
         root = psutil.Process(postmaster)
@@ -109,12 +112,11 @@ class _CpuStages:
 
         @contextmanager
         def timed():
-            py, server = _python_cpu_s(), _server_cpu_s(self.postmaster) if self.postmaster else float("nan")
+            py, server = _python_cpu_s(), _server_cpu_s(self.postmaster)
             with NullReporter().stage(label, total, unit) as inner:
                 yield inner
-            self.cpu[label] = {
-                "python": round(_python_cpu_s() - py, 1),
-                "server": round((_server_cpu_s(self.postmaster) if self.postmaster else float("nan")) - server, 1)}
+            self.cpu[label] = {"python": round(_python_cpu_s() - py, 1),
+                               "server": round(_server_cpu_s(self.postmaster) - server, 1)}
 
         return timed()
 
