@@ -34,6 +34,7 @@ GROUPS = {
     "type_share": lambda n: n == "type_share",
     "knn_answer": lambda n: n == "knn_answer",
     "graph (linked, hop1, hop2)": lambda n: n in ("linked", "hop1", "hop2"),
+    "trained_dense": lambda n: n == "trained_dense",
 }
 
 
@@ -53,7 +54,7 @@ def main() -> None:
     skb_id = require_skb(conn, args.skb)
     model = canonical_name(None)
     embed_split(conn, args.skb, "train", model)
-    names = list(sql().fusion_feature_names(conn, skb=args.skb, model=model))
+    names = list(sql().fusion_feature_names(conn, skb=args.skb, model=model, trained_dense=False))
     started = time.perf_counter()
     data = {}
     cached = Path(args.features) if args.features else None

@@ -35,22 +35,27 @@ from stark_pg.eval.query_sets import from_split  # noqa: E402
 from stark_pg.resources import queries as sql  # noqa: E402
 from stark_pg.retrieve.focus.answer_type import embed_split  # noqa: E402
 from stark_pg.skb.catalog import require_skb  # noqa: E402
-from stark_pg.train.fusion import FusionSettings, lightgbm_params, query_features, ranked_by  # noqa: E402
+from stark_pg.train.fusion import (FusionSettings, check_fold_models, cross_fitted, lightgbm_params,  # noqa: E402
+                                   query_features, ranked_by)
 
 
-def holdout_features(conn, skb: str, skb_id: int, seed: int, share: float, model: str):
-    """(fit rows, held rows) of (query, ids, X, y), computed with the held part relabelled; rolled back."""
+def holdout_features(conn, skb: str, skb_id: int, seed: int, share: float, model: str,
+                     dense: str | None = None, dense_folds: int = 2):
+    """(fit rows, held rows) of (query, ids, X, y), computed with the held part relabelled; rolled back.
+    With `dense`, trained_dense is cross-fitted over the whole training split, as `train fusion --dense`
+    does: a held-out question, like every other, is scored by the fold model that never saw it."""
     settings = FusionSettings()
     queries = from_split(conn, skb_id, "train").queries
     order = np.random.default_rng(seed).permutation(len(queries))
     held = {queries[i].query_id for i in order[: int(len(queries) * share)]}
     vectors = encode([q.body for q in queries], model)
+    fitted = cross_fitted(conn, skb_id, queries, dense, dense_folds) if dense else [None] * len(queries)
     fit, out = [], []
     with conn.transaction(force_rollback=True):
         conn.execute("update stark.query set split = 'holdout' where skb_id = %s and query_id = any(%s)",
                      (skb_id, list(held)))
-        for q, v in zip(queries, vectors):
-            ids, X = query_features(conn, skb, q.body, v, settings, model)
+        for q, v, f in zip(queries, vectors, fitted):
+            ids, X = query_features(conn, skb, q.body, v, settings, model, f)
             row = (q, ids, X, np.array([n in set(q.answer_ids) for n in ids], float))
             (out if q.query_id in held else fit).append(row)
     return fit, out
@@ -71,21 +76,28 @@ def main() -> None:
                         help="also score without each feature group")
     parser.add_argument("--features", default=None, metavar="DIR",
                         help="keep each draw's features in DIR (re-runs with other settings read them)")
+    parser.add_argument("--dense", default=None, metavar="NAME",
+                        help="add trained_dense from the fold models NAME-fold<k>of<n> (train dense --fold k/n)")
+    parser.add_argument("--dense-folds", type=int, default=2)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     conn = connect(args.dsn) if args.dsn else connect()
     skb_id = require_skb(conn, args.skb)
     model = canonical_name(None)
     embed_split(conn, args.skb, "train", model)
-    names = list(sql().fusion_feature_names(conn, skb=args.skb, model=model))
+    if args.dense:
+        check_fold_models(conn, skb_id, args.skb, args.dense, args.dense_folds)
+    names = list(sql().fusion_feature_names(conn, skb=args.skb, model=model, trained_dense=bool(args.dense)))
     params = lightgbm_params(FusionSettings()) | {k: json.loads(v) for k, v in (p.split("=", 1) for p in args.param)}
     table = []
     for seed in args.seed or [1]:
-        cached = Path(args.features) / f"{args.skb}-seed{seed}-share{args.share}.pkl" if args.features else None
+        tag = f"-dense-{args.dense}-{args.dense_folds}" if args.dense else ""
+        cached = Path(args.features) / f"{args.skb}-seed{seed}-share{args.share}{tag}.pkl" if args.features else None
         if cached and cached.exists():
             fit_rows, held_rows = pickle.loads(cached.read_bytes())
         else:
-            fit_rows, held_rows = holdout_features(conn, args.skb, skb_id, seed, args.share, model)
+            fit_rows, held_rows = holdout_features(conn, args.skb, skb_id, seed, args.share, model, args.dense,
+                                                   args.dense_folds)
             if cached:
                 cached.parent.mkdir(parents=True, exist_ok=True)
                 cached.write_bytes(pickle.dumps((fit_rows, held_rows)))

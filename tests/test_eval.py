@@ -128,3 +128,20 @@ def test_a_held_out_share_is_seeded_disjoint_and_independent_of_order():
     assert [q.query_id for q in other.queries] != [q.query_id for q in held.queries]
     with pytest.raises(ValueError, match="between 0 and 1"):
         hold_out(QuerySet("split:train", "train", queries), 1.0)
+
+
+def test_folds_partition_the_queries_whatever_their_order():
+    from stark_pg.eval.query_sets import EvalQuery, QuerySet, fold, fold_of
+
+    queries = [EvalQuery(i, f"q{i}", [i]) for i in range(23)]
+    whole = QuerySet("split:train", "train", queries)
+    insides = [fold(whole, k, 3)[1] for k in range(3)]
+    ids = [q.query_id for part in insides for q in part.queries]
+    assert sorted(ids) == list(range(23)) and sorted(len(p.queries) for p in insides) == [7, 8, 8]
+    rest, inside = fold(whole, 1, 3)
+    assert {q.query_id for q in rest.queries} == set(range(23)) - {q.query_id for q in inside.queries}
+    again = fold(QuerySet("split:train", "train", list(reversed(queries))), 1, 3)[1]
+    assert [q.query_id for q in again.queries] == [q.query_id for q in inside.queries]
+    assert fold_of(whole, 3) == {q.query_id: k for k, part in enumerate(insides) for q in part.queries}
+    with pytest.raises(ValueError, match="at least 2 folds"):
+        fold(whole, 2, 2)

@@ -37,7 +37,7 @@ def test_features_equal_their_sql_definitions_and_no_query_sees_its_own_answers(
     url, _ = trained
     with connect(url) as conn:
         embed_split(conn, SKB, "train", MODEL)
-        names = list(sql().fusion_feature_names(conn, skb=SKB, model=MODEL))
+        names = list(sql().fusion_feature_names(conn, skb=SKB, model=MODEL, trained_dense=False))
         skb_id = conn.execute("select skb_id from stark.skb where name = %s", (SKB,)).fetchone()[0]
         # a training question: its own row must not vote, nor give its answers
         query_id, body, answers = conn.execute(
@@ -118,3 +118,68 @@ def test_train_and_search_from_the_command_line(trained):
     assert "feature contributions" in done.stdout
     bad = cli("search", SKB, "drugs", "-m", "fusion", "-o", "name=nosuch", expect=1)
     assert "run `stark-pg train fusion" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_trained_dense_is_cross_fitted_and_equals_its_cosine(trained):
+    """`--dense`: each training question is scored by the fold model trained without it, a new question
+    by the mean of all fold models; the feature equals that cosine recomputed from the stored vectors."""
+    from stark_pg.eval.query_sets import fold, fold_of, from_split
+    from stark_pg.train.dense import FOLD_SEED, DenseSettings, train_dense
+    from stark_pg.train.fusion import check_fold_models, cross_fitted, fold_models, search_dense
+
+    url, _ = trained
+    with connect(url) as conn:
+        skb_id = conn.execute("select skb_id from stark.skb where name = %s", (SKB,)).fetchone()[0]
+        with pytest.raises(ValueError, match=r"train dense syn-fusion --name xf-fold0of2 --fold 0/2"):
+            check_fold_models(conn, skb_id, SKB, "xf", 2)
+        for k in range(2):
+            train_dense(conn, SKB, DenseSettings(name=f"xf-fold{k}of2", fold=(k, 2), limit=16, epochs=1, negatives=2,
+                                                 eval_pool=5, lr=1e-4, batch_size=8))
+        models = check_fold_models(conn, skb_id, SKB, "xf", 2)
+        assert models == fold_models("xf", 2) == ["xf-fold0of2", "xf-fold1of2"]
+
+        train = from_split(conn, skb_id, "train")
+        where = fold_of(train, 2, seed=FOLD_SEED)
+        queries = train.queries[:6]
+        fitted = cross_fitted(conn, skb_id, queries, "xf", 2)
+        names = list(sql().fusion_feature_names(conn, skb=SKB, model=MODEL, trained_dense=True))
+        assert names[-1] == "trained_dense"
+        for q, f in zip(queries, fitted):
+            (model,) = f.models
+            k = models.index(model)
+            assert k == where[q.query_id]
+            trained_on = {x.query_id for x in fold(train, k, 2, seed=FOLD_SEED)[0].queries}
+            assert q.query_id not in trained_on, "a question scored by a model that was trained on it"
+
+        def cosines(node_ids, model, qvec):
+            out = {}
+            for node in node_ids:
+                doc = conn.execute("select stark.node_vector(%s, %s, %s)::text", (SKB, node, model)).fetchone()[0]
+                vec = np.array(json.loads(doc))
+                out[node] = float(vec @ qvec / np.linalg.norm(vec) / np.linalg.norm(qvec))
+            return out
+
+        q, f = queries[0], fitted[0]
+        ids, X = query_features(conn, SKB, q.body, encode_query(q.body), FusionSettings(), MODEL, f)
+        assert X.shape[1] == len(names)
+        expected = cosines(ids, f.models[0], f.vectors[0])
+        assert list(X[:, -1]) == pytest.approx([expected[n] for n in ids], abs=1e-5)
+
+        new = search_dense("which drugs target genes", models)
+        ids, X = query_features(conn, SKB, "which drugs target genes", encode_query("which drugs target genes"),
+                                FusionSettings(), MODEL, new)
+        each = [cosines(ids, m, v) for m, v in zip(new.models, new.vectors)]
+        assert list(X[:, -1]) == pytest.approx([(each[0][n] + each[1][n]) / 2 for n in ids], abs=1e-5)
+
+        report = train_fusion(conn, SKB, FusionSettings(name="xf", limit=30, rounds=[5], folds=2, min_data_in_leaf=5,
+                                                        dense="xf"))
+        assert report["features"] == len(names)
+        ranking = get_method("fusion").search(conn, SKB, "which drugs target genes", 5,
+                                              get_method("fusion").Options(name="xf"))
+        assert len(ranking.hits) == 5 and ranking.trace["dense_models"] == models
+
+        with conn.transaction(force_rollback=True):
+            conn.execute("update stark.trained_model set settings = jsonb_set(settings, '{fold}', '[1, 2]') "
+                         "where skb_id = %s and kind = 'dense' and name = 'xf-fold0of2'", (skb_id,))
+            with pytest.raises(ValueError, match="was not trained without fold 0 of 2"):
+                check_fold_models(conn, skb_id, SKB, "xf", 2)

@@ -300,6 +300,8 @@ problems = st.one_of(
 
 engines = st.sampled_from(["auto", "textsearch", "sql", "lucene", None])
 last_hops = st.sampled_from(["exact", "index", "x", None])
+model_arrays = st.one_of(st.none(), st.lists(models, max_size=3))
+vector_arrays = st.one_of(st.none(), st.lists(vectors, max_size=3))
 
 # name: (SQL types of the arguments, their strategies); leaving out the writers (lex_refresh; skb.sql's
 # delete_skb_rows, create_edge_partition, attach_edge_partition) and the composite-typed 4StepFocus internals
@@ -366,9 +368,10 @@ FUNCTIONS = {
              [names, texts, vectors, models, field_arrays, scorer_arrays, float_arrays, float_arrays, float_arrays,
               ints, ints, floats, floats, engines]),
     "fusion_pairs": (["text", "text"], [names, models]),
-    "fusion_feature_names": (["text", "text"], [names, models]),
-    "fusion_features": (["text", "text", "vector", "text", "int", "int", "int", "bigint[]"],
-                        [names, texts, vectors, models, ints, ints, ints, id_arrays]),
+    "fusion_feature_names": (["text", "text", "boolean"], [names, models, bools]),
+    "fusion_features": (["text", "text", "vector", "text", "int", "int", "int", "bigint[]", "text[]", "vector[]"],
+                        [names, texts, vectors, models, ints, ints, ints, id_arrays, model_arrays, vector_arrays]),
+    "mean_cosine": (["text", "bigint[]", "text[]", "vector[]"], [names, id_arrays, model_arrays, vector_arrays]),
 }
 
 

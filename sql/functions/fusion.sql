@@ -16,7 +16,39 @@
 --     text as the question are left out: no query sees its own answers);
 --   linked: the candidate's BM25 over names against the query, divided by the best (the `link` best
 --     name matches only: entities the question names);
---   hop1, hop2: the largest `linked` weight among the linked entities one (two) hops away.
+--   hop1, hop2: the largest `linked` weight among the linked entities one (two) hops away;
+--   trained_dense (only when `dense_models` is given): the candidate's cosine to the query under
+--     fine-tuned dense models (stark.mean_cosine: the mean over the models given). Training passes, for
+--     each training question, only the model trained without its fold (cross-fitting: a question never
+--     gets a score from a model that was trained on it); search passes every fold's model.
+
+create or replace function stark.mean_cosine(skb_name text, node_ids bigint[], models text[], qvecs vector[])
+returns table (node_id bigint, score double precision)
+language plpgsql stable as $$
+-- The mean over `models` of the cosine of each node's document vector to that model's query vector
+-- (qvecs[i] is the query under models[i]); a node without a vector of some model counts 0 there.
+declare
+    t record;
+    parts text[] := '{}';
+begin
+    if cardinality(models) is distinct from cardinality(qvecs) then
+        raise exception 'stark.mean_cosine: % models but % query vectors', cardinality(models), cardinality(qvecs);
+    end if;
+    for i in 1 .. coalesce(cardinality(models), 0) loop
+        t := stark.dense_target(skb_name, models[i], qvecs[i], false);
+        parts := parts || format('select d.node_id, 1 - (d.vec <=> $2[%s]) as cosine from stark.%I d '
+                                 'where d.skb_id = %s and d.node_id = any($1)', i, t.tbl, t.skb);
+    end loop;
+    if cardinality(parts) = 0 then
+        return;
+    end if;
+    return query execute format('select u.node_id, sum(u.cosine) / %s from (%s) u group by u.node_id',
+                                cardinality(parts), array_to_string(parts, ' union all '))
+        using node_ids, qvecs;
+end
+$$;
+comment on function stark.mean_cosine(text, bigint[], text[], vector[]) is
+    'The mean over several embedding models of each node''s cosine to the query (learned fusion''s trained_dense).';
 
 create or replace function stark.fusion_pairs(skb_name text, model text default 'all-MiniLM-L6-v2')
 returns table (ord int, field text, scorer text)
@@ -31,7 +63,9 @@ $$;
 comment on function stark.fusion_pairs(text, text) is
     'Learned fusion: the (field, scorer) pairs whose scores are features, in feature order.';
 
-create or replace function stark.fusion_feature_names(skb_name text, model text default 'all-MiniLM-L6-v2')
+drop function if exists stark.fusion_feature_names(text, text);
+create or replace function stark.fusion_feature_names(skb_name text, model text default 'all-MiniLM-L6-v2',
+                                                      trained_dense boolean default false)
 returns text[]
 language sql stable as $$
     select array(select n from (
@@ -41,15 +75,19 @@ language sql stable as $$
         where p.scorer = 'lexical'
         union all
         select 100000 + x.o, x.n
-        from (values (1, 'type_share'), (2, 'knn_answer'), (3, 'linked'), (4, 'hop1'), (5, 'hop2')) as x(o, n)) f
+        from (values (1, 'type_share'), (2, 'knn_answer'), (3, 'linked'), (4, 'hop1'), (5, 'hop2'),
+                     (6, case when trained_dense then 'trained_dense' end)) as x(o, n)
+        where x.n is not null) f
         order by f.o)
 $$;
-comment on function stark.fusion_feature_names(text, text) is
+comment on function stark.fusion_feature_names(text, text, boolean) is
     'Learned fusion: the names of the features stark.fusion_features computes, in order.';
 
+drop function if exists stark.fusion_features(text, text, vector, text, int, int, int, bigint[]);
 create or replace function stark.fusion_features(
     skb_name text, query text, qvec vector, model text default 'all-MiniLM-L6-v2',
-    pool int default 100, knn int default 10, link int default 5, include bigint[] default null)
+    pool int default 100, knn int default 10, link int default 5, include bigint[] default null,
+    dense_models text[] default null, dense_qvecs vector[] default null)
 returns table (node_id bigint, f double precision[])
 language sql stable as $$
     with skb as (select stark.require_skb(skb_name) as id),
@@ -95,7 +133,10 @@ language sql stable as $$
         from cand c cross join pairs p
         left join scores s on s.node_id = c.node_id and s.field = p.field and s.scorer = p.scorer
         left join best b on b.field = p.field and b.scorer = p.scorer
-        group by c.node_id)
+        group by c.node_id),
+    trained as (
+        select t.node_id, t.score
+        from stark.mean_cosine(skb_name, array(select c.node_id from cand c), dense_models, dense_qvecs) t)
     select pf.node_id,
            array(select x.v from (
                      select r.i * 2 as o, r.v from unnest(pf.raw) with ordinality as r(v, i)
@@ -107,8 +148,11 @@ language sql stable as $$
                     coalesce((select l.w from linked l where l.node_id = pf.node_id), 0),
                     coalesce((select h.w from hop1 h where h.node_id = pf.node_id), 0),
                     coalesce((select h.w from hop2 h where h.node_id = pf.node_id), 0)]::double precision[]
+           || case when cardinality(dense_models) > 0
+                   then array[coalesce((select t.score from trained t where t.node_id = pf.node_id), 0)]
+                   else '{}' end::double precision[]
     from pair_features pf
     join stark.node n on n.skb_id = (select id from skb) and n.node_id = pf.node_id
 $$;
-comment on function stark.fusion_features(text, text, vector, text, int, int, int, bigint[]) is
+comment on function stark.fusion_features(text, text, vector, text, int, int, int, bigint[], text[], vector[]) is
     'Learned fusion: the feature vector of every candidate of a query (names: stark.fusion_feature_names).';

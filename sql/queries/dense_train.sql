@@ -32,3 +32,9 @@ on conflict (skb_id, kind, name) do update
 select s.name from stark.trained_model t join stark.skb s on s.skb_id = t.skb_id
 where t.kind = :kind and t.name = :name
 order by s.name;
+
+-- name: trained_dense_fold(skb_id, name)^
+-- Whether the SKB has a trained dense model of this name, and the fold it was trained without
+-- (`train dense --fold k/n`: [k, n]; NULL when trained on the whole split).
+select settings -> 'fold' from stark.trained_model
+where skb_id = :skb_id and kind = 'dense' and name = :name;

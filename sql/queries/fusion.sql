@@ -1,10 +1,11 @@
 -- Named statements for learned fusion (stark_pg/train/fusion.py, stark_pg/retrieve/fusion.py).
 
--- name: fusion_feature_names(skb, model)$
-select stark.fusion_feature_names(:skb, :model);
+-- name: fusion_feature_names(skb, model, trained_dense)$
+select stark.fusion_feature_names(:skb, :model, :trained_dense);
 
--- name: fusion_features(skb, query, embedding, model, pool, knn, link)
-select node_id, f from stark.fusion_features(:skb, :query, :embedding, :model, :pool, :knn, :link)
+-- name: fusion_features(skb, query, embedding, model, pool, knn, link, dense_models, dense_qvecs)
+select node_id, f from stark.fusion_features(:skb, :query, :embedding, :model, :pool, :knn, :link,
+                                             dense_models => :dense_models, dense_qvecs => :dense_qvecs)
 order by node_id;
 
 -- name: save_fusion_model(skb_id, name, embed_model, features, booster, score_sql, settings, metrics, importance)!

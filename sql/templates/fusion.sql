@@ -4,7 +4,8 @@
 
 -- name: rank
 select x.node_id, {score} as score
-from stark.fusion_features(%(skb)s, %(query)s, %(embedding)s, %(model)s, %(pool)s, %(knn)s, %(link)s) as x
+from stark.fusion_features(%(skb)s, %(query)s, %(embedding)s, %(model)s, %(pool)s, %(knn)s, %(link)s,
+                           dense_models => %(dense_models)s, dense_qvecs => %(dense_qvecs)s) as x
 order by score desc, x.node_id
 limit %(k)s
 

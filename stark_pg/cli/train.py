@@ -274,6 +274,11 @@ def fusion(
     knn: int = typer.Option(10, "--knn", help="Nearest training queries behind type_share and knn_answer."),
     seed: int = typer.Option(1, "--seed"),
     limit: int = typer.Option(None, "--limit", help="Only the first N training queries (a quick run)."),
+    dense: str = typer.Option(None, "--dense", metavar="NAME",
+                              help="Add trained_dense, the cosine under fine-tuned dense models NAME-fold<k>of<n> "
+                                   "(one per fold, each trained with `train dense --fold k/n`): a training question "
+                                   "is scored by the model that never saw it, a new one by all of them (mean)."),
+    dense_folds: int = typer.Option(2, "--dense-folds", help="n: how many fold models --dense has."),
     json_: bool = typer.Option(False, "--json", help="Cross-validation figures and feature importance as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -294,7 +299,8 @@ def fusion(
     if not candidates or min(candidates) < 1 or folds < 2 or leaves < 2 or not 0 < learning_rate <= 1:
         fail("--rounds must be positive, --folds and --leaves at least 2, --learning-rate in (0, 1]")
     settings = FusionSettings(name=model_name, model=model, pool=pool, knn=knn, rounds=candidates, folds=folds,
-                              leaves=leaves, learning_rate=learning_rate, seed=seed, limit=limit)
+                              leaves=leaves, learning_rate=learning_rate, seed=seed, limit=limit, dense=dense,
+                              dense_folds=dense_folds)
     with state(ctx).connect() as conn:
         try:
             report = train_fusion(conn, name, settings, progress=reporter(quiet or json_))
@@ -342,6 +348,10 @@ def dense(
                                                                     "encoder (multi-VSS, mFAR's dense fields)."),
     seed: int = typer.Option(0, "--seed"),
     limit: int = typer.Option(None, "--limit", help="Only the first N training queries (a quick run)."),
+    fold: str = typer.Option(None, "--fold", metavar="K/N",
+                             help="Train without fold K of N of the training split (0-based; seeded folds): "
+                                  "N such models give every training question a score from a model that never "
+                                  "saw it (train fusion --dense)."),
     json_: bool = typer.Option(False, "--json", help="Settings, per-epoch history and held-out metrics as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -358,7 +368,8 @@ def dense(
     settings = DenseSettings(name=model_name, base=base, shared=shared, epochs=epochs, patience=patience,
                              negatives=negatives, lr=lr, batch_size=batch_size, temperature=temperature,
                              max_doc_tokens=max_doc_tokens, negative_gradients=negative_gradients,
-                             eval_pool=eval_pool, holdout=holdout, seed=seed, limit=limit, multi_vector=multi_vector)
+                             eval_pool=eval_pool, holdout=holdout, seed=seed, limit=limit, multi_vector=multi_vector,
+                             fold=parse_fold(fold) if fold else None)
     with state(ctx).connect() as conn:
         try:
             report = train_dense(conn, name, settings, progress=reporter(quiet or json_))
@@ -447,3 +458,14 @@ def qagnn(
                       *(f"{h['holdout_' + m]:.3f}" for m in ("hit@1", "hit@5", "recall@20", "mrr")))
     out.print(table)
     out.print(f"kept epoch {report.best_epoch} (*); weights: {report.path}", highlight=False)
+
+
+def parse_fold(text: str) -> tuple[int, int]:
+    """`K/N` of --fold, as (k, n), or a usage error naming the option."""
+    try:
+        k, n = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise typer.BadParameter(f"expected K/N, such as 0/2, not {text!r}", param_hint="--fold") from None
+    if n < 2 or not 0 <= k < n:
+        raise typer.BadParameter(f"{text!r}: need N >= 2 and 0 <= K < N", param_hint="--fold")
+    return k, n

@@ -46,6 +46,26 @@ def hold_out(queries: QuerySet, share: float, seed: int = 0) -> tuple[QuerySet, 
             QuerySet(f"{queries.label}:{HOLDOUT}", HOLDOUT, kept))
 
 
+def fold(queries: QuerySet, k: int, n: int, seed: int = 0) -> tuple[QuerySet, QuerySet]:
+    """(the rest, fold `k` of `n`) by a seeded shuffle of the query ids, as `hold_out`: the `n` folds
+    partition the queries, so models trained each without one fold can give every query a score
+    from a model that never saw it (cross-fitting: stark_pg.train.fusion's trained-dense feature)."""
+    if n < 2 or not 0 <= k < n:
+        raise ValueError(f"fold {k} of {n}: need at least 2 folds and 0 <= fold < folds")
+    ordered = sorted(queries.queries, key=lambda q: q.query_id)
+    order = np.random.default_rng(seed).permutation(len(ordered))
+    inside = {int(i) for i in np.array_split(order, n)[k]}
+    rest = [q for i, q in enumerate(ordered) if i not in inside]
+    kept = [q for i, q in enumerate(ordered) if i in inside]
+    return (QuerySet(f"{queries.label}-fold{k}of{n}", queries.split, rest),
+            QuerySet(f"{queries.label}:fold{k}of{n}", queries.split, kept))
+
+
+def fold_of(queries: QuerySet, n: int, seed: int = 0) -> dict[int, int]:
+    """{query id: its fold} for `fold`'s partition of `queries` into `n` folds."""
+    return {q.query_id: k for k in range(n) for q in fold(queries, k, n, seed)[1].queries}
+
+
 def from_split(conn: psycopg.Connection, skb_id: int, split: str) -> QuerySet:
     rows = sql().split_queries(conn, skb_id=skb_id, split=split)
     return QuerySet(f"split:{split}", split, [EvalQuery(int(q), b, list(a)) for q, b, a in rows])

@@ -44,19 +44,23 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
     model = load(conn, skb_id, skb, options.name)
     started = time.perf_counter()
     vector = encode_query(query, model.embed_model)
+    dense = trained_dense(query, model)
     embedded = time.perf_counter()
     s = model.settings
     params = {"skb": skb, "query": query, "embedding": vector, "model": model.embed_model, "pool": s["pool"],
-              "knn": s["knn"], "link": s["link"], "k": k}
+              "knn": s["knn"], "link": s["link"], "k": k,
+              "dense_models": dense.models if dense else None, "dense_qvecs": dense.vectors if dense else None}
     rows = conn.execute(template("rank", model), params).fetchall()
     hits = [Hit(int(node_id), float(score)) for node_id, score in rows]
     trace = {"method": "fusion", "model": model.name, "features": len(model.features),
              "trees": model.settings.get("chosen_rounds"),
-             "sql": "compiled trees over stark.fusion_features(skb, query, embedding, model, pool, knn, link)",
+             "sql": "compiled trees over stark.fusion_features(skb, query, embedding, model, pool, knn, link"
+                    + (", dense_models, dense_qvecs)" if dense else ")"),
+             "dense_models": dense.models if dense else None,
              "embed_ms": round((embedded - started) * 1000, 3),
              "sql_ms": round((time.perf_counter() - embedded) * 1000, 3)}
     if options.explain and hits:
-        shown = contributions(conn, skb, query, vector, model, [h.node_id for h in hits[:EXPLAINED_RESULTS]])
+        shown = contributions(conn, skb, query, vector, model, [h.node_id for h in hits[:EXPLAINED_RESULTS]], dense)
         trace["contributions"] = shown
         trace["explain"] = {f"node {node} (score {hit.score:.3f}): feature contributions": [
             f"{feature}: {value:+.4f}" for feature, value in shown[str(node)].items()]
@@ -64,13 +68,21 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
     return Ranking(hits, trace)
 
 
-def contributions(conn, skb: str, query: str, vector, model: FusionModel, node_ids: list[int]) -> dict:
+def trained_dense(query: str, model: FusionModel):
+    """The query under every fold model of a model trained with `--dense` (else None)."""
+    from stark_pg.train.fusion import fold_models, search_dense
+
+    name = model.settings.get("dense")
+    return search_dense(query, fold_models(name, model.settings["dense_folds"])) if name else None
+
+
+def contributions(conn, skb: str, query: str, vector, model: FusionModel, node_ids: list[int], dense=None) -> dict:
     """{node: {feature: contribution}} (the largest ten by size, and the bias), from the stored booster."""
     from stark_pg.train.fusion import FusionSettings, query_features
 
     s = model.settings
     settings = FusionSettings(pool=s["pool"], knn=s["knn"], link=s["link"])
-    ids, X = query_features(conn, skb, query, vector, settings, model.embed_model)
+    ids, X = query_features(conn, skb, query, vector, settings, model.embed_model, dense)
     position = {n: i for i, n in enumerate(ids)}
     shown = [n for n in node_ids if n in position]
     values = model.booster().predict(X[[position[n] for n in shown]], pred_contrib=True)

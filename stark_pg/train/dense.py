@@ -42,7 +42,7 @@ import psycopg
 
 from stark_pg import embed
 from stark_pg.eval import metrics
-from stark_pg.eval.query_sets import EvalQuery, from_split, hold_out
+from stark_pg.eval.query_sets import EvalQuery, fold, from_split, hold_out
 from stark_pg.index.dense import build_dense, find_model, statement
 from stark_pg.progress import NullReporter, Reporter
 from stark_pg.resources import queries as sql
@@ -51,6 +51,9 @@ from stark_pg.skb.catalog import require_skb
 KIND = "dense"
 STOP_METRICS = ("hit@1", "hit@5", "recall@20", "mrr")
 RENDER_BATCH = 256
+FOLD_SEED = 0
+"""The folds of `fold` are always drawn with this seed, so that a model trained without fold k and
+the fusion features that use it (stark_pg.train.fusion) agree on which queries it never saw."""
 
 
 @dataclass
@@ -72,6 +75,7 @@ class DenseSettings:
     holdout: float = 0.2
     seed: int = 0
     limit: int | None = None             # only the first N training queries (quick runs, tests)
+    fold: tuple[int, int] | None = None  # (k, n): train without fold k of n of train (cross-fitting)
     multi_vector: bool = False           # also embed chunks with the new document encoder (multi-VSS, mFAR)
 
 
@@ -206,7 +210,10 @@ def train_dense(conn: psycopg.Connection, skb: str, settings: DenseSettings | No
                          f"`stark-pg index {skb} --model {base}` first (hard negatives are its VSS ranking)")
     shape = {"with_relations": stored.get("with_relations", True), "max_neighbors": stored.get("max_neighbors", 25)}
 
-    train_set, stop_set = hold_out(from_split(conn, skb_id, "train"), settings.holdout, settings.seed)
+    available = from_split(conn, skb_id, "train")
+    if settings.fold:
+        available = fold(available, *settings.fold, seed=FOLD_SEED)[0]
+    train_set, stop_set = hold_out(available, settings.holdout, settings.seed)
     train_queries = [q for q in train_set.queries if q.answer_ids]
     if settings.limit:
         train_queries = train_queries[:settings.limit]

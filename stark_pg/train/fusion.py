@@ -17,13 +17,14 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import psycopg
 
-from stark_pg.embed import canonical_name, encode
+from stark_pg.embed import canonical_name, encode, encode_query
 from stark_pg.eval import metrics
-from stark_pg.eval.query_sets import from_split
+from stark_pg.eval.query_sets import fold_of, from_split
 from stark_pg.progress import NullReporter, Reporter
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve.focus.answer_type import embed_split
 from stark_pg.skb.catalog import require_skb
+from stark_pg.train.dense import FOLD_SEED
 from stark_pg.train.fusion_model import FusionModel, compile_sql, save
 
 
@@ -41,6 +42,53 @@ class FusionSettings:
     min_data_in_leaf: int = 20
     seed: int = 1
     limit: int | None = None          # only the first N training queries (a quick run)
+    dense: str | None = None          # cross-fitted dense models NAME-fold<k>of<n> (`train dense --fold k/n`)
+    dense_folds: int = 2              # n: how many of them
+
+
+@dataclass
+class CrossFitted:
+    """The fine-tuned dense models one query's trained_dense feature averages, and its vector under each."""
+    models: list[str]
+    vectors: list
+
+
+def fold_models(name: str, folds: int) -> list[str]:
+    """The names `train dense --fold k/n` models go by here: model k was trained without fold k."""
+    return [f"{name}-fold{k}of{folds}" for k in range(folds)]
+
+
+def check_fold_models(conn: psycopg.Connection, skb_id: int, skb: str, name: str, folds: int) -> list[str]:
+    """The fold models, or an error saying how to train the missing ones. Each must have been trained
+    without its own fold (its recorded --fold): otherwise the feature would see its questions' answers."""
+    models = fold_models(name, folds)
+    for k, m in enumerate(models):
+        row = sql().trained_dense_fold(conn, skb_id=skb_id, name=m)
+        command = f"stark-pg train dense {skb} --name {m} --fold {k}/{folds}"
+        if row is None:
+            raise ValueError(f"--dense {name}: SKB {skb!r} has no trained dense model {m!r}; train it first: {command}")
+        if row[0] != [k, folds]:
+            raise ValueError(f"--dense {name}: model {m!r} was not trained without fold {k} of {folds} (its "
+                             f"--fold: {row[0]}); retrain it: {command}")
+    return models
+
+
+def cross_fitted(conn: psycopg.Connection, skb_id: int, queries: list, name: str, folds: int) -> list[CrossFitted]:
+    """Per training query: only the model trained without the query's own fold, and the query under it.
+    The folds are those `train dense --fold` drew, over the whole training split."""
+    fold = fold_of(from_split(conn, skb_id, "train"), folds, seed=FOLD_SEED)
+    models = fold_models(name, folds)
+    out: list[CrossFitted | None] = [None] * len(queries)
+    for k, m in enumerate(models):
+        mine = [i for i, q in enumerate(queries) if fold[q.query_id] == k]
+        for i, v in zip(mine, encode([queries[i].body for i in mine], m) if mine else []):
+            out[i] = CrossFitted([m], [v])
+    return out
+
+
+def search_dense(text: str, models: list[str]) -> CrossFitted:
+    """A new query (never trained on): every fold's model, whose cosines the feature averages."""
+    return CrossFitted(models, [encode_query(text, m) for m in models])
 
 
 @dataclass
@@ -51,10 +99,14 @@ class QueryFeatures:
     y: np.ndarray
 
 
-def query_features(conn: psycopg.Connection, skb: str, body: str, vector, settings: FusionSettings, model: str):
-    """(node ids, feature matrix) of one query's candidates, exactly as search computes them."""
+def query_features(conn: psycopg.Connection, skb: str, body: str, vector, settings: FusionSettings, model: str,
+                   dense: "CrossFitted | None" = None):
+    """(node ids, feature matrix) of one query's candidates, exactly as search computes them; `dense`
+    (the trained_dense feature) is the fine-tuned models and the query's vector under each."""
     rows = list(sql().fusion_features(conn, skb=skb, query=body, embedding=vector, model=model,
-                                      pool=settings.pool, knn=settings.knn, link=settings.link))
+                                      pool=settings.pool, knn=settings.knn, link=settings.link,
+                                      dense_models=dense.models if dense else None,
+                                      dense_qvecs=dense.vectors if dense else None))
     return [int(r[0]) for r in rows], np.array([r[1] for r in rows], dtype=np.float64).reshape(len(rows), -1)
 
 
@@ -71,12 +123,16 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
     queries = from_split(conn, skb_id, "train").queries[:settings.limit]
     if len(queries) < settings.folds * 2:
         raise ValueError(f"{len(queries)} training queries are too few for {settings.folds}-fold cross-validation")
-    names = list(sql().fusion_feature_names(conn, skb=skb, model=model))
+    if settings.dense:
+        check_fold_models(conn, skb_id, skb, settings.dense, settings.dense_folds)
+    names = list(sql().fusion_feature_names(conn, skb=skb, model=model, trained_dense=bool(settings.dense)))
     vectors = encode([q.body for q in queries], model)
+    dense = (cross_fitted(conn, skb_id, queries, settings.dense, settings.dense_folds) if settings.dense
+             else [None] * len(queries))
     data: list[QueryFeatures] = []
     with progress.stage("features (train queries)", total=len(queries)) as stage:
-        for query, vector in zip(queries, vectors):
-            node_ids, X = query_features(conn, skb, query.body, vector, settings, model)
+        for query, vector, fitted in zip(queries, vectors, dense):
+            node_ids, X = query_features(conn, skb, query.body, vector, settings, model, fitted)
             answers = set(query.answer_ids)
             data.append(QueryFeatures(query.query_id, node_ids, X, np.array([n in answers for n in node_ids], float)))
             stage.advance()
