@@ -25,6 +25,15 @@ def embedded(tmp_path, monkeypatch):
     module.stop()
 
 
+def crash_and_restart(embedded, server):
+    """kill -9 the postmaster, wait until it is gone, start again: a new server over the same data."""
+    os.kill(server.pid, signal.SIGKILL)
+    psutil.Process(server.pid).wait(10) if psutil.pid_exists(server.pid) else None
+    again = embedded.start()
+    assert again.pid != server.pid
+    return again
+
+
 def test_stop_stops_the_server_even_with_dead_clients_on_pgservers_list(embedded):
     server = embedded.start()
     pid = embedded.running_pid()
@@ -61,10 +70,7 @@ def test_the_server_comes_back_after_a_crash_with_its_committed_data(embedded):
     with psycopg.connect(server.uri, autocommit=True) as conn:
         conn.execute("create table survivor (x int)")
         conn.execute("insert into survivor select generate_series(1, 1000)")
-    os.kill(server.pid, signal.SIGKILL)
-    psutil.Process(server.pid).wait(10) if psutil.pid_exists(server.pid) else None
-    again = embedded.start()
-    assert again.pid != server.pid
+    again = crash_and_restart(embedded, server)
     with psycopg.connect(again.uri) as conn:
         assert conn.execute("select count(*) from survivor").fetchone() == (1000,)
 
@@ -83,9 +89,7 @@ def test_a_committed_load_survives_a_crash_although_its_edges_wrote_no_wal(embed
     with connect(server.uri) as conn:            # migrates the fresh database, then loads
         summary = load_skb(conn, SyntheticSource(nodes=6000, seed=5, edges_per_node=20), "crashed")
     assert summary.edges > 100_000               # a partition beyond wal_skip_threshold (2 MB): fsynced, not logged
-    os.kill(server.pid, signal.SIGKILL)
-    psutil.Process(server.pid).wait(10) if psutil.pid_exists(server.pid) else None
-    again = embedded.start()
+    again = crash_and_restart(embedded, server)
     with psycopg.connect(again.uri) as conn:
         skb = conn.execute("select skb_id from stark.skb where name = 'crashed'").fetchone()[0]
         conn.execute("set enable_indexscan = off; set enable_indexonlyscan = off; set enable_bitmapscan = off")
