@@ -9,6 +9,7 @@ import typer
 from stark_pg.cli import compare as compare_commands
 from stark_pg.cli import db as db_commands
 from stark_pg.cli import evaluate as evaluate_commands
+from stark_pg.cli import llm_cache as llm_cache_commands
 from stark_pg.cli import methods as methods_commands
 from stark_pg.cli import retrieval as retrieval_commands
 from stark_pg.cli import skb as skb_commands
@@ -44,16 +45,19 @@ evaluate_commands.register(app)
 compare_commands.register(app)
 train_commands.register(app)
 app.add_typer(db_commands.app, name="db")
+app.add_typer(llm_cache_commands.app, name="llm-cache")
 
 
 def expected_errors() -> tuple[type[BaseException], ...]:
-    """Failures a user can cause or fix (bad input, unknown name, method or option, missing index or
-    model, device, LLM or database unavailable): one line on stderr. Anything else is a bug: a traceback."""
+    """Failures a user can cause or fix (bad input or cache file, unknown name, method or option, missing
+    index or model, device, LLM or database unavailable): one line on stderr. Anything else is a bug: a
+    traceback."""
     import psycopg
 
     from stark_pg.db.connection import DatabaseError
     from stark_pg.embed import DeviceError, ModelUnavailable
     from stark_pg.eval.run_sources import CompareError
+    from stark_pg.llm.cache_io import CacheFileError
     from stark_pg.llm.errors import LLMError
     from stark_pg.options import OptionError
     from stark_pg.retrieve import MissingIndex, UnknownMethod
@@ -64,8 +68,8 @@ def expected_errors() -> tuple[type[BaseException], ...]:
     # psycopg: the server refused the input (DataError: out of range, bad encoding, an SQL function's
     # invalid_parameter_value), one of our SQL functions raised on its arguments (RAISE EXCEPTION), or
     # the connection was lost mid-command
-    return (LoadError, CompareError, DatabaseError, SkbExists, OptionError, UnknownMethod, MissingIndex,
-            MissingQueryVector,
+    return (LoadError, CacheFileError, CompareError, DatabaseError, SkbExists, OptionError, UnknownMethod,
+            MissingIndex, MissingQueryVector,
             ModelUnavailable, DeviceError, LLMError, psycopg.OperationalError, psycopg.errors.DataError,
             psycopg.errors.RaiseException,
             UnicodeEncodeError)     # text that is not UTF-8 (bytes on a command line become lone surrogates)

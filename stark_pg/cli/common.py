@@ -35,8 +35,8 @@ def reporter(quiet: bool):
     return NullReporter() if quiet or not sys.stderr.isatty() else RichReporter(err)
 
 
-def print_json(value) -> None:
-    sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
+def print_json(value, stream=None) -> None:
+    (stream or sys.stdout).write(json.dumps(value, indent=2, default=str) + "\n")
 
 
 def fail(message: str, code: int = 1):
