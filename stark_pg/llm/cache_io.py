@@ -79,60 +79,60 @@ def import_lines(conn: psycopg.Connection, lines: Iterable[bytes], label: str, *
                  replace: bool = False) -> ImportCounts:
     """Import the lines of a cache file (`label` names it in errors) in one transaction."""
     counts = ImportCounts()
-    seen: dict[tuple[str, str, str], int] = {}
-    batch: list[str] = []
-    size = 0
-
-    def flush() -> None:
-        nonlocal size
-        inserted, replaced = sql().llm_cache_import(conn, rows="[" + ",".join(batch) + "]", replace=replace)
-        counts.inserted += inserted
-        counts.replaced += replaced
-        counts.kept += len(batch) - inserted - replaced
-        batch.clear()
-        size = 0
-
     with conn.transaction():
-        for number, raw in _numbered(lines, label):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise CacheFileError(f"{label}:{number}: not valid UTF-8 (byte {exc.start + 1} of the line)") from None
-            if number == 1:
-                text = text.removeprefix("\ufeff")
-            if not text.strip():
-                continue
-            try:
-                row = check_line(text)
-            except ValueError as exc:
-                raise CacheFileError(f"{label}:{number}: {exc}") from None
-            key = (row["provider"], row["model"], row["request_hash"])
-            first = seen.setdefault(key, number)
-            if first != number:
-                raise CacheFileError(f"{label}:{number}: the same provider, model and request_hash as line {first}")
-            batch.append(text)
-            size += len(text)
-            counts.rows += 1
-            if len(batch) >= _BATCH_ROWS or size >= _BATCH_BYTES:
-                flush()
-        if batch:
-            flush()
+        for batch in _batches(_checked(lines, label)):
+            inserted, replaced = sql().llm_cache_import(conn, rows="[" + ",".join(batch) + "]", replace=replace)
+            counts.rows += len(batch)
+            counts.inserted += inserted
+            counts.replaced += replaced
+            counts.kept += len(batch) - inserted - replaced
     return counts
 
 
-def _numbered(lines: Iterable[bytes], label: str) -> Iterator[tuple[int, bytes]]:
-    """(line number, line) pairs; a file that cannot be read further (a truncated gzip) names the line."""
+def _checked(lines: Iterable[bytes], label: str) -> Iterator[str]:
+    """The text of each line that holds a row (blank lines skipped), once `check_line` and the keys
+    seen before accept it; else a CacheFileError naming the line, reading and decoding errors included."""
+    seen: dict[tuple[str, str, str], int] = {}
+    reader = iter(lines)
     number = 0
-    iterator = iter(lines)
     while True:
         try:
-            raw = next(iterator)
-        except StopIteration:
-            return
-        except (OSError, EOFError, zlib.error) as exc:
+            raw = next(reader, None)
+        except (OSError, EOFError, zlib.error) as exc:        # a truncated or broken gzip stream
             raise CacheFileError(f"{label}:{number + 1}: cannot read: {exc}") from None
+        if raw is None:
+            return
         number += 1
-        yield number, raw
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CacheFileError(f"{label}:{number}: not valid UTF-8 (byte {exc.start + 1} of the line)") from None
+        if number == 1:
+            text = text.removeprefix("\ufeff")
+        if not text.strip():
+            continue
+        try:
+            row = check_line(text)
+        except ValueError as exc:
+            raise CacheFileError(f"{label}:{number}: {exc}") from None
+        first = seen.setdefault((row["provider"], row["model"], row["request_hash"]), number)
+        if first != number:
+            raise CacheFileError(f"{label}:{number}: the same provider, model and request_hash as line {first}")
+        yield text
+
+
+def _batches(texts: Iterable[str]) -> Iterator[list[str]]:
+    """`texts` in lists of at most _BATCH_ROWS, cut earlier once they hold _BATCH_BYTES characters."""
+    batch: list[str] = []
+    size = 0
+    for text in texts:
+        batch.append(text)
+        size += len(text)
+        if len(batch) >= _BATCH_ROWS or size >= _BATCH_BYTES:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
 
 
 def check_line(text: str) -> dict:
