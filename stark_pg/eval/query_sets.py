@@ -36,34 +36,41 @@ def hold_out(queries: QuerySet, share: float, seed: int = 0) -> tuple[QuerySet, 
     seed gives the same split on any machine, whatever order the queries came in."""
     if not 0.0 < share < 1.0:
         raise ValueError(f"the held-out share must be between 0 and 1, not {share}")
-    ordered = sorted(queries.queries, key=lambda q: q.query_id)
-    order = np.random.default_rng(seed).permutation(len(ordered))
+    ordered, order = _shuffled(queries, seed)
     n_held = max(1, round(len(ordered) * share)) if len(ordered) > 1 else 0
-    held = {int(i) for i in order[:n_held]}
-    rest = [q for i, q in enumerate(ordered) if i not in held]
-    kept = [q for i, q in enumerate(ordered) if i in held]
+    rest, kept = _split(ordered, order[:n_held])
     return (QuerySet(f"{queries.label}-{HOLDOUT}", queries.split, rest),
             QuerySet(f"{queries.label}:{HOLDOUT}", HOLDOUT, kept))
 
 
 def fold(queries: QuerySet, k: int, n: int, seed: int = 0) -> tuple[QuerySet, QuerySet]:
-    """(the rest, fold `k` of `n`) by a seeded shuffle of the query ids, as `hold_out`: the `n` folds
-    partition the queries, so models trained each without one fold can give every query a score
-    from a model that never saw it (cross-fitting: stark_pg.train.fusion's trained-dense feature)."""
+    """(the rest, fold `k` of `n`) by the seeded shuffle of `hold_out`: the `n` folds partition the
+    queries, so models trained each without one fold can give every query a score from a model that
+    never saw it (cross-fitting: stark_pg.train.fusion's trained-dense feature)."""
     if n < 2 or not 0 <= k < n:
         raise ValueError(f"fold {k} of {n}: need at least 2 folds and 0 <= fold < folds")
-    ordered = sorted(queries.queries, key=lambda q: q.query_id)
-    order = np.random.default_rng(seed).permutation(len(ordered))
-    inside = {int(i) for i in np.array_split(order, n)[k]}
-    rest = [q for i, q in enumerate(ordered) if i not in inside]
-    kept = [q for i, q in enumerate(ordered) if i in inside]
+    ordered, order = _shuffled(queries, seed)
+    rest, kept = _split(ordered, np.array_split(order, n)[k])
     return (QuerySet(f"{queries.label}-fold{k}of{n}", queries.split, rest),
             QuerySet(f"{queries.label}:fold{k}of{n}", queries.split, kept))
 
 
 def fold_of(queries: QuerySet, n: int, seed: int = 0) -> dict[int, int]:
     """{query id: its fold} for `fold`'s partition of `queries` into `n` folds."""
-    return {q.query_id: k for k in range(n) for q in fold(queries, k, n, seed)[1].queries}
+    ordered, order = _shuffled(queries, seed)
+    return {ordered[int(i)].query_id: k for k, part in enumerate(np.array_split(order, n)) for i in part}
+
+
+def _shuffled(queries: QuerySet, seed: int) -> tuple[list[EvalQuery], np.ndarray]:
+    """The queries by id, and a seeded permutation of their positions: what hold_out and fold cut."""
+    ordered = sorted(queries.queries, key=lambda q: q.query_id)
+    return ordered, np.random.default_rng(seed).permutation(len(ordered))
+
+
+def _split(ordered: list[EvalQuery], chosen) -> tuple[list[EvalQuery], list[EvalQuery]]:
+    """(the queries not at the chosen positions, those at them), both in id order."""
+    inside = {int(i) for i in chosen}
+    return ([q for i, q in enumerate(ordered) if i not in inside], [q for i, q in enumerate(ordered) if i in inside])
 
 
 def from_split(conn: psycopg.Connection, skb_id: int, split: str) -> QuerySet:

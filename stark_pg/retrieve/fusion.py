@@ -39,6 +39,8 @@ def template(name: str, model: FusionModel) -> pgsql.Composed:
 
 
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
+    from stark_pg.train.fusion import dense_arguments
+
     options = options or Options()
     skb_id = require_skb(conn, skb)
     model = load(conn, skb_id, skb, options.name)
@@ -48,8 +50,7 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
     embedded = time.perf_counter()
     s = model.settings
     params = {"skb": skb, "query": query, "embedding": vector, "model": model.embed_model, "pool": s["pool"],
-              "knn": s["knn"], "link": s["link"], "k": k,
-              "dense_models": dense.models if dense else None, "dense_qvecs": dense.vectors if dense else None}
+              "knn": s["knn"], "link": s["link"], "k": k} | dense_arguments(dense)
     rows = conn.execute(template("rank", model), params).fetchall()
     hits = [Hit(int(node_id), float(score)) for node_id, score in rows]
     trace = {"method": "fusion", "model": model.name, "features": len(model.features),

@@ -86,6 +86,11 @@ def cross_fitted(conn: psycopg.Connection, skb_id: int, queries: list, name: str
     return out
 
 
+def dense_arguments(dense: CrossFitted | None) -> dict:
+    """stark.fusion_features' `dense_models` and `dense_qvecs` (NULL without trained_dense)."""
+    return {"dense_models": dense.models if dense else None, "dense_qvecs": dense.vectors if dense else None}
+
+
 def search_dense(text: str, models: list[str]) -> CrossFitted:
     """A new query (never trained on): every fold's model, whose cosines the feature averages."""
     return CrossFitted(models, [encode_query(text, m) for m in models])
@@ -105,8 +110,7 @@ def query_features(conn: psycopg.Connection, skb: str, body: str, vector, settin
     (the trained_dense feature) is the fine-tuned models and the query's vector under each."""
     rows = list(sql().fusion_features(conn, skb=skb, query=body, embedding=vector, model=model,
                                       pool=settings.pool, knn=settings.knn, link=settings.link,
-                                      dense_models=dense.models if dense else None,
-                                      dense_qvecs=dense.vectors if dense else None))
+                                      **dense_arguments(dense)))
     return [int(r[0]) for r in rows], np.array([r[1] for r in rows], dtype=np.float64).reshape(len(rows), -1)
 
 
