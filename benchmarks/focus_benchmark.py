@@ -7,7 +7,9 @@ ignored (the paper's setting) and respected. Prints p50 / p95 / max milliseconds
 of the statement), rounds and target-set sizes.
 
     python benchmarks/focus_benchmark.py stark-prime-ibd
-    stark-pg load synthetic --nodes 130000 --edges-per-node 62 && python benchmarks/focus_benchmark.py synthetic-130000
+    stark-pg load synthetic --nodes 130000 --edges-per-node 62
+    stark-pg index synthetic-130000 --no-lexical --no-dense      # the graph's typed-link summary alone
+    python benchmarks/focus_benchmark.py synthetic-130000
 
 --compare FUNCTION times another SQL function with stark.focus_substitute's signature (an older version
 installed under another name, e.g. from `git show REV:sql/functions/focus.sql` with its functions
@@ -102,6 +104,8 @@ def main() -> None:
                 pgsql.Identifier(*args.compare.split(".")))
             conn.execute(other, (args.skb, json.dumps(problems[0].as_json()), False, False)).fetchall()
         print(f"load average {' / '.join(f'{x:.2f}' for x in os.getloadavg())} (1 / 5 / 15 min) at the start")
+        summary = conn.execute("select count(*) from stark.edge_type_link where skb_id = %s", (skb_id,)).fetchone()[0]
+        print(f"typed-link summary: {f'{summary} rows' if summary else 'none (stark-pg index builds it)'}")
         print(f"{args.skb}: {nodes:,} nodes, {edges:,} edges; {len(problems)} triplet sets, "
               f"edges {'head -> tail' if args.directed else 'either way'} "
               f"({statistics.mean(len(p.triplets) for p in problems):.1f} triplets, "

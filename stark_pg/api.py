@@ -145,7 +145,7 @@ class SKB:
 
     def index(self, *, lexical: bool = True, dense: bool = True, model: str | None = None, multi_vector: bool = True,
               relation_fields: bool = False, device: str | None = None, half: bool = False, batch_size: int = 32,
-              progress: bool = False) -> dict:
+              progress: bool = False, graph: bool = True) -> dict:
         """Build or refresh the indexes (`stark-pg index`): returns what was (re)built, as `--json` prints it.
         Incremental: only new or changed nodes are (re)indexed."""
         from stark_pg.embed import requested_device
@@ -158,6 +158,10 @@ class SKB:
         if lexical:
             extra = relation_scopes(conn, self.name) if relation_fields else None
             report["lexical"] = build_lexical(conn, self.name, progress=reporter, extra_scopes=extra)
+        if graph:
+            from stark_pg.index.graph import build_graph_summary
+
+            report["graph"] = build_graph_summary(conn, self.name)
         if dense:
             report["dense"] = build_dense(conn, self.name, model=model, multi_vector=multi_vector, progress=reporter,
                                           device=device, half=half, encode_batch=batch_size,

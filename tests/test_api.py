@@ -165,7 +165,7 @@ def test_load_info_index_and_drop(api_url, monkeypatch):
         info = skb.info()
         assert info == json.loads(cli_runner(api_url)("info", "api-small", "--json").stdout)
         report = skb.index(dense=False)
-        assert set(report) == {"lexical"}
+        assert set(report) == {"lexical", "graph"} and report["graph"]["rows"] > 0
         assert skb.search("protein", method="bm25", k=3).node_ids
         with pytest.raises(stark_pg.OptionError, match="if_exists must be replace, skip or fail, not 'keep'"):
             db.load("synthetic", nodes=300, name="api-small", if_exists="keep")

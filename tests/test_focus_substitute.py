@@ -103,20 +103,62 @@ def check_many(conn, skb: str, count: int, seed: int) -> int:
     return nonempty
 
 
-def test_sql_matches_reference_on_the_slice(ibd_indexed_url):
-    with psycopg.connect(ibd_indexed_url, autocommit=True) as conn:
+@pytest.mark.parametrize("summary", [False, True], ids=["edges", "typed-link summary"])
+def test_sql_matches_reference_on_the_slice(ibd_indexed_url, summary):
+    """With and without the typed-link summary (stark.edge_type_link), which changes how sets are
+    revised, never what they hold; the summary is built in a transaction that is rolled back."""
+    with psycopg.connect(ibd_indexed_url, autocommit=True) as conn, conn.transaction(force_rollback=True):
+        if summary:
+            assert conn.execute("select stark.edge_type_link_build('stark-prime-ibd')").fetchone()[0] > 0
         nonempty = check_many(conn, "stark-prime-ibd", 240, seed=11)
     assert nonempty > 100          # the generated sets narrow something, not just empty everything
 
 
-@pytest.mark.parametrize("seed,nodes,per_node", [(1, 1500, 8), (2, 3000, 20)])
-def test_sql_matches_reference_on_synthetic_graphs(conn, seed, nodes, per_node):
+# The 12,000-node graph has types of over 1,000 nodes, large enough for the summary's shortcuts
+# (a set cut before probing, one revised through the nodes of its type that the other set lacks).
+@pytest.mark.parametrize("seed,nodes,per_node,summary", [(1, 1500, 8, False), (2, 3000, 20, False),
+                                                          (1, 1500, 8, True), (2, 3000, 20, True),
+                                                          (3, 12000, 6, True)])
+def test_sql_matches_reference_on_synthetic_graphs(conn, seed, nodes, per_node, summary):
     from loaders.synthetic import SyntheticSource
+    from stark_pg.index.graph import build_graph_summary
     from stark_pg.skb.store import load_skb
 
     load_skb(conn, SyntheticSource(nodes=nodes, seed=seed, edges_per_node=per_node), "synthetic-focus")
+    if summary:
+        assert build_graph_summary(conn, "synthetic-focus")["rows"] > 0
     nonempty = check_many(conn, "synthetic-focus", 120, seed=seed)
     assert nonempty > 40
+
+
+def test_the_typed_link_summary_counts_every_edge(conn):
+    """stark.edge_type_link equals a count over the edges in Python: per (node type, relation,
+    direction, other end's type), each node with such edges and how many; built once per version."""
+    from collections import Counter
+
+    from loaders.synthetic import SyntheticSource
+    from stark_pg.index.graph import build_graph_summary
+    from stark_pg.skb.store import load_skb
+
+    load_skb(conn, SyntheticSource(nodes=800, seed=5, edges_per_node=6), "synthetic-focus")
+    first = build_graph_summary(conn, "synthetic-focus")
+    assert first["built"] and first["rows"] > 0
+    graph = read_graph(conn, "synthetic-focus")
+    skb_id = conn.execute("select stark.skb_id('synthetic-focus')").fetchone()[0]
+    type_of = {n: t for n, (t, _) in graph.nodes.items()}
+    expected: dict[tuple, Counter] = {}
+    for src, relation, dst in conn.execute("select src, relation, dst from stark.edge where skb_id = %s", (skb_id,)):
+        expected.setdefault((type_of[src], relation, True, type_of[dst]), Counter())[src] += 1
+        expected.setdefault((type_of[dst], relation, False, type_of[src]), Counter())[dst] += 1
+    got = {(t, r, out, o): dict(zip(ids, counts)) for t, r, out, o, ids, counts in conn.execute(
+        "select node_type, relation, out, other_type, node_ids, edges from stark.edge_type_link "
+        "where skb_id = %s", (skb_id,))}
+    assert got == {k: dict(v) for k, v in expected.items()}
+    assert all(ids == sorted(ids) for (ids,) in conn.execute(
+        "select node_ids from stark.edge_type_link where skb_id = %s", (skb_id,)))
+    again = build_graph_summary(conn, "synthetic-focus")
+    assert not again["built"] and again["rows"] == first["rows"]
+    assert build_graph_summary(conn, "synthetic-focus", rebuild=True)["built"]
 
 
 def test_hand_checked_example(ibd_indexed_url):

@@ -26,6 +26,7 @@ from loaders.synthetic import SyntheticSource
 from stark_pg.db import connect
 from stark_pg.index.dense import build_dense
 from stark_pg.index.lexical import build_lexical
+from stark_pg.index.graph import build_graph_summary
 from stark_pg.index.refresh import carried_indexes, refresh_indexes
 from stark_pg.retrieve import get_method
 from stark_pg.skb.store import load_skb
@@ -68,6 +69,7 @@ def test_a_replace_keeps_derived_data_and_refreshes_only_what_changed(conn):
     load_skb(conn, synthetic(300), "s")
     build_lexical(conn, "s")
     build_dense(conn, "s", multi_vector=False)
+    build_graph_summary(conn, "s")
     conn.execute("insert into stark.eval_run (skb_id, method, options, query_set, depth, stored_k, config_hash) "
                  "select skb_id, 'bm25', '{}', 'val', 10, 10, 'h' from stark.skb where name = 's'")
     before_vectors = dict(conn.execute(
@@ -82,7 +84,9 @@ def test_a_replace_keeps_derived_data_and_refreshes_only_what_changed(conn):
     assert summary.carried["emb_doc_1"] == len(before_vectors) == 300
     assert conn.execute("select count(*) from stark.skb").fetchone()[0] == 1
     # the old version's rows are gone from every table and its HNSW index too (edges: see below)
-    for table in ("node", "node_field", "query", "lex_posting", "emb_doc_1", "eval_run"):
+    # the graph summary described the old version's edges: it is not carried, it goes with them
+    assert "edge_type_link" not in summary.carried
+    for table in ("node", "node_field", "query", "lex_posting", "emb_doc_1", "eval_run", "edge_type_link"):
         assert conn.execute(f"select count(*) from stark.{table} where skb_id = %s", (old_id,)).fetchone()[0] == 0
     def left():
         return {r[0] for r in conn.execute("select relname from pg_class where relname like %s", (f"%\\_\\_skb{old_id}",))}
@@ -105,6 +109,7 @@ def test_a_replace_keeps_derived_data_and_refreshes_only_what_changed(conn):
                                        (NEW_TEXT,))] == [CHANGED_NODE]
     assert report["dense"][0]["documents"]["embedded"] == 1   # and re-embedded
     assert report["dense"][0]["indexes_built"], "the HNSW index of the new version is built"
+    assert report["graph"]["built"] and report["graph"]["rows"] > 0       # and its graph summary
     after_vectors = dict(conn.execute(
         "select node_id, vec::text from stark.emb_doc_1 d join stark.skb s using (skb_id) where s.name = 's'"))
     assert {n for n in before_vectors if before_vectors[n] != after_vectors[n]} == {CHANGED_NODE}

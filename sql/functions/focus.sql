@@ -142,13 +142,17 @@ comment on function stark.focus_revise_sql(int, stark.focus_domain, stark.focus_
 -- than an index condition, which PostgreSQL evaluates with one hash table built once for the whole
 -- statement (as an index condition, the array would be sorted again at every probe).
 -- x_filter false: x is every node (any edge counts). Parameters as in focus_revise_sql: $1 y's ids,
--- $2 x's ids (x's type's nodes when x is still every node of its type), $3 relation, $4 y's type.
+-- $2 x's ids (x's type's nodes when x is still every node of its type), $3 relation, $4 y's type;
+-- with `relation_list`, $5 the relations that can link y to x (from the SKB's typed-link summary),
+-- which the probe's index scan then visits alone instead of every edge of the member.
+drop function if exists stark.focus_probe_sql(int, stark.focus_domain, boolean, text, text);
 create or replace function stark.focus_probe_sql(skb int, y stark.focus_domain, x_filter boolean,
-                                                 relation text, y_end text)
+                                                 relation text, y_end text, relation_list boolean default false)
 returns text
 language plpgsql immutable as $$
 declare
-    rel text := case when relation is null then '' else ' and e.relation = $3' end;
+    rel text := case when relation is not null then ' and e.relation = $3'
+                     when relation_list then ' and e.relation = any ($5::text[])' else '' end;
     one text := 'exists (select from stark.edge e where e.skb_id = %s and e.%I = y.id%s%s offset 0)';
     parts text[] := '{}';
 begin
@@ -164,8 +168,91 @@ begin
                   stark.focus_domain_source(skb, y, 1, 4, 'y'), array_to_string(parts, ' or '));
 end
 $$;
-comment on function stark.focus_probe_sql(int, stark.focus_domain, boolean, text, text) is
+comment on function stark.focus_probe_sql(int, stark.focus_domain, boolean, text, text, boolean) is
     'Internal (4StepFocus): SQL keeping the members of one candidate set with an edge to a member of another, probing from the first.';
+
+-- The members of set y (every node of its type while y.top) with at least one edge of `relation` (null:
+-- any) at y's end `y_end` ('src', 'dst', null: either) to a node of `other_type` (null: of any type),
+-- read from the SKB's typed-link summary (stark.edge_type_link, built by `stark-pg index`) instead of
+-- probing the edges of every member; sorted. Null where the SKB has no summary.
+create or replace function stark.focus_linked(skb int, y stark.focus_domain, other_type text, relation text,
+                                              y_end text)
+returns bigint[]
+language plpgsql stable as $$
+declare
+    result bigint[];
+begin
+    if not exists (select from stark.edge_type_link l where l.skb_id = skb) then
+        return null;
+    end if;
+    if y.top then
+        select coalesce(array_agg(distinct u.id order by u.id), '{}') into result
+        from stark.edge_type_link l cross join unnest(l.node_ids) u(id)
+        where l.skb_id = skb and (y.node_type is null or l.node_type = y.node_type)
+          and (focus_linked.other_type is null or l.other_type = focus_linked.other_type)
+          and (focus_linked.relation is null or l.relation = focus_linked.relation)
+          and (y_end is null or l.out = (y_end = 'src'));
+    else
+        select coalesce(array_agg(m.id order by m.id), '{}') into result
+        from unnest(y.node_ids) m(id)
+        where m.id in (select u.id
+                       from stark.edge_type_link l cross join unnest(l.node_ids) u(id)
+                       where l.skb_id = skb and (y.node_type is null or l.node_type = y.node_type)
+                         and (focus_linked.other_type is null or l.other_type = focus_linked.other_type)
+                         and (focus_linked.relation is null or l.relation = focus_linked.relation)
+                         and (y_end is null or l.out = (y_end = 'src')));
+    end if;
+    return result;
+end
+$$;
+comment on function stark.focus_linked(int, stark.focus_domain, text, text, text) is
+    'Internal (4StepFocus): the members of a candidate set with an edge to some node of a type, from stark.edge_type_link.';
+
+-- The members of y (materialised, each with at least one edge to a node of x's type: stark.focus_linked)
+-- with an edge to a member of x, when x holds most of its type: y less the members all of whose edges
+-- to the type go to the few nodes of the type that x lacks. Those edges are counted from the lacking
+-- nodes' side and compared with each member's count in stark.edge_type_link, so only the lacking
+-- nodes' edges are read (a probe would descend the edge index once per member of y).
+create or replace function stark.focus_complement(skb int, y stark.focus_domain, x stark.focus_domain,
+                                                  relation text, y_end text)
+returns bigint[]
+language plpgsql stable as $$
+declare
+    rel text := case when relation is null then '' else ' and e.relation = $3' end;
+    -- one index scan per lacking node (LATERAL ... offset 0: the planner would rather scan the relation)
+    one text := 'select e.id from unnest($1::bigint[]) c(id) cross join lateral (select e.%1$I as id '
+                'from stark.edge e where e.skb_id = %2$s and e.%3$I = c.id%4$s '
+                'and (e.%1$I + 0) = any ($2::bigint[]) offset 0) e';
+    parts text[] := '{}';
+    missing bigint[];
+    result bigint[];
+begin
+    missing := array(select n.node_id from stark.node n where n.skb_id = skb and n.type = x.node_type
+                     except select u.id from unnest(x.node_ids) u(id));
+    if y_end is null or y_end = 'src' then
+        parts := parts || format(one, 'src', skb, 'dst', rel);
+    end if;
+    if y_end is null or y_end = 'dst' then
+        parts := parts || format(one, 'dst', skb, 'src', rel);
+    end if;
+    execute format(
+        'with hits as (select h.id, count(*) as n from (%s) h group by h.id),
+              counted as (select u.id, sum(u.n) as n
+                          from stark.edge_type_link l cross join unnest(l.node_ids, l.edges) u(id, n)
+                          where l.skb_id = %s and ($4::text is null or l.node_type = $4) and l.other_type = $5
+                            and ($3::text is null or l.relation = $3) %s
+                            and u.id in (select hits.id from hits)
+                          group by u.id)
+         select coalesce(array_agg(m.id order by m.id), ''{}'') from unnest($2::bigint[]) m(id)
+         where m.id not in (select h.id from hits h join counted c on c.id = h.id and c.n = h.n)',
+        array_to_string(parts, ' union all '), skb,
+        case when y_end is null then '' when y_end = 'src' then 'and l.out' else 'and not l.out' end)
+        into result using missing, y.node_ids, relation, y.node_type, x.node_type;
+    return result;
+end
+$$;
+comment on function stark.focus_complement(int, stark.focus_domain, stark.focus_domain, text, text) is
+    'Internal (4StepFocus): the members of a candidate set with an edge to a member of another that holds most of its type, through the nodes of the type it lacks.';
 
 -- One revision: the members of y with an edge to a member of x, by whichever of the two statements
 -- reads fewer edges. Probing from y (focus_probe_sql) stops at a member's first supporting edge: about
@@ -174,6 +261,13 @@ comment on function stark.focus_probe_sql(int, stark.focus_domain, boolean, text
 -- magnitude between types and relations (a drug has some 700 edges, a phenotype 40), so when the
 -- choice matters the two sides' degrees are measured on 16 of their members (a few thousand index
 -- entries) rather than taken from the SKB's average `degree` (edges per node and direction).
+-- Where the SKB has a typed-link summary (stark.edge_type_link), a revision against a set nothing has
+-- narrowed (every node of a type) is read from it (stark.focus_linked); a large set is cut to the
+-- members with an edge to x's type before probing (a member without one would read all its edges to
+-- fail); against a set that holds most of its type, the few nodes it lacks are read instead
+-- (stark.focus_complement) when that reads less; and a probe with relations ignored visits only the
+-- relations that link the two types (a gene's hundreds of `expression present` edges are skipped
+-- when looking for its `ppi` partner).
 -- `x_ids` are x's members (x's type's nodes while x is every node of its type; null for every node
 -- of any type, which only a probe can use), `nodes` the SKB's node count.
 create or replace function stark.focus_revise(skb int, y stark.focus_domain, y_size bigint,
@@ -194,7 +288,16 @@ declare
     n bigint;
     measured double precision;
     result bigint[];
+    linked bigint[];
+    relations text[];
+    type_size bigint;
 begin
+    if x.top and (y.top or y_size > 64) then
+        linked := stark.focus_linked(skb, y, x.node_type, relation, y_end);
+        if linked is not null then
+            return linked;
+        end if;
+    end if;
     for side in 1 .. 3 loop
         probe := y_size * (4 + case when x_ids is null then 1
                                     else least(y_degree, nodes::float8 / greatest(x_size, 1)) end);
@@ -223,8 +326,26 @@ begin
         end if;
     end loop;
     if probe <= gather then
-        execute stark.focus_probe_sql(skb, y, x_ids is not null, relation, y_end)
-            into result using y.node_ids, x_ids, relation, y.node_type;
+        if y_size > 1000 then
+            linked := stark.focus_linked(skb, y, x.node_type, relation, y_end);
+            if linked is not null then
+                y.top := false;
+                y.node_ids := linked;
+            end if;
+        end if;
+        if linked is not null and not x.top and x.node_type is not null and y_size > 1000 then
+            select count(*) into type_size from stark.node n where n.skb_id = skb and n.type = x.node_type;
+            if (type_size - x_size) * (3 * x_degree + 4) + type_size + y_size < probe then
+                return stark.focus_complement(skb, y, x, relation, y_end);
+            end if;
+        end if;
+        if relation is null and x.node_type is not null then
+            relations := array(select distinct l.relation from stark.edge_type_link l
+                               where l.skb_id = skb and (y.node_type is null or l.node_type = y.node_type)
+                                 and l.other_type = x.node_type and (y_end is null or l.out = (y_end = 'src')));
+        end if;
+        execute stark.focus_probe_sql(skb, y, x_ids is not null, relation, y_end, cardinality(relations) > 0)
+            into result using y.node_ids, x_ids, relation, y.node_type, relations;
     else
         execute stark.focus_revise_sql(skb, y, x, relation, y_end)
             into result using y.node_ids, x.node_ids, relation, y.node_type, x.node_type;

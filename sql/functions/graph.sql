@@ -69,3 +69,37 @@ select s.name,
        (select count(*) from stark.query q where q.skb_id = s.skb_id) as queries
 from stark.skb s;
 comment on view stark.skb_summary is 'One line per SKB: where it came from and its node, edge and query counts.';
+
+-- The typed-link summary of one SKB (stark.edge_type_link, see sql/schema/0026_edge_type_link.sql):
+-- built once per loaded version, since a loaded version's edges never change. Returns the summary's
+-- rows; `rebuild` recomputes a summary that exists.
+create or replace function stark.edge_type_link_build(skb_name text, rebuild boolean default false)
+returns bigint
+language plpgsql as $$
+declare
+    skb int := stark.require_skb(skb_name);
+    rows_written bigint;
+begin
+    if not rebuild and exists (select from stark.edge_type_link l where l.skb_id = skb) then
+        return (select count(*) from stark.edge_type_link l where l.skb_id = skb);
+    end if;
+    delete from stark.edge_type_link l where l.skb_id = skb;
+    insert into stark.edge_type_link (skb_id, node_type, relation, out, other_type, node_ids, edges)
+    select skb, n.type, t.relation, t.out, t.other_type, array_agg(t.node_id order by t.node_id),
+           array_agg(t.edges order by t.node_id)
+    from (select x.node_id, x.relation, x.out, m.type as other_type, count(*)::int as edges
+          from (select e.src as node_id, e.relation, true as out, e.dst as other
+                from stark.edge e where e.skb_id = skb
+                union all
+                select e.dst, e.relation, false, e.src
+                from stark.edge e where e.skb_id = skb) x
+          join stark.node m on m.skb_id = skb and m.node_id = x.other
+          group by x.node_id, x.relation, x.out, m.type) t
+    join stark.node n on n.skb_id = skb and n.node_id = t.node_id
+    group by n.type, t.relation, t.out, t.other_type;
+    get diagnostics rows_written = row_count;
+    return rows_written;
+end
+$$;
+comment on function stark.edge_type_link_build(text, boolean) is
+    'Builds the typed-link summary of an SKB (stark.edge_type_link) unless it exists; returns its rows. `stark-pg index` runs it.';

@@ -82,3 +82,11 @@ select stark.create_edge_partition(:skb_id);
 -- The partition filled by the load gets its indexes (built in bulk), a check constraint that lets
 -- ATTACH skip its validation scan, and joins stark.edge; the parent's indexes adopt the new ones.
 select stark.attach_edge_partition(:skb_id);
+
+-- name: build_edge_type_link(skb_name, rebuild)$
+-- The typed-link summary of the SKB's graph (stark.edge_type_link); returns its rows. Built once per
+-- loaded version unless `rebuild`.
+select stark.edge_type_link_build(:skb_name, :rebuild);
+
+-- name: edge_type_link_rows(skb_id)$
+select count(*) from stark.edge_type_link where skb_id = :skb_id;

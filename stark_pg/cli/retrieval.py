@@ -25,6 +25,9 @@ def index(
                                                                       "each text field)."),
     dense: bool = typer.Option(True, "--dense/--no-dense",
                                help="Embeddings with a vector index (HNSW, or DiskANN: --vector-index)."),
+    graph: bool = typer.Option(True, "--graph/--no-graph",
+                               help="The graph's typed-link summary (which node types each node has edges to), "
+                                    "which speeds up 4StepFocus's substitution; built once per loaded version."),
     model: str = typer.Option(None, "--model", help="sentence-transformers model name or path "
                                                     "(default all-MiniLM-L6-v2, offline from its PyPI package), "
                                                     "or openai:MODEL for OpenAI or a compatible server "
@@ -59,7 +62,7 @@ def index(
     json_: bool = typer.Option(False, "--json", help="Print what was (re)built as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
-    """Build or refresh the lexical and dense indexes of an SKB.
+    """Build or refresh the lexical and dense indexes of an SKB, and its graph summary.
 
     Incremental and resumable: a re-run only indexes nodes that are new or whose text changed, and
     removes what belongs to nodes that are gone.
@@ -92,6 +95,10 @@ def index(
             extra = relation_scopes(conn, name) if relation_fields else None
             report["lexical"] = build_lexical(conn, name, progress=progress, extra_scopes=extra,
                                               textsearch=textsearch)
+        if graph:
+            from stark_pg.index.graph import build_graph_summary
+
+            report["graph"] = build_graph_summary(conn, name)
         if dense:
             from stark_pg.index.dense import BATCH_SIZE, build_dense
 
@@ -114,6 +121,10 @@ def index(
         engine = "pg_textsearch and SQL postings" if report["lexical"]["engine"] == "textsearch" else "SQL postings"
         out.print(f"lexical ({engine}): {len(done)} scopes, {sum(done.values()):,} documents (re)indexed "
                   f"in {report['lexical']['seconds']:.1f} s", highlight=False)
+    if "graph" in report:
+        summary = report["graph"]
+        how = f"built in {summary['seconds']:.1f} s" if summary["built"] else "unchanged"
+        out.print(f"graph: typed-link summary, {summary['rows']:,} rows ({how})", highlight=False)
     if "dense" in report:
         dense_report = report["dense"]
         parts = [f"{kind} {c['embedded']:,} embedded, {c['skipped']:,} unchanged, {c['deleted']:,} deleted"

@@ -32,7 +32,8 @@ def carried_indexes(carried: dict[str, int]) -> list[str]:
 
 def refresh_indexes(conn: psycopg.Connection, skb_name: str, kinds: list[str],
                     progress: Reporter | None = None) -> dict:
-    """Re-run the lexical build and each model's dense build with its last settings."""
+    """Re-run the lexical build and each model's dense build with its last settings, and build the
+    new version's graph summary (a summary describes one version's edges and is never carried)."""
     report: dict = {}
     if "lexical" in kinds:
         from stark_pg.index.lexical import build_lexical
@@ -52,4 +53,8 @@ def refresh_indexes(conn: psycopg.Connection, skb_name: str, kinds: list[str],
                         max_neighbors=settings.get("max_neighbors", 25),
                         chunk_chars=settings.get("chunk_chars", 512))
             for model, settings in builds]
+    if kinds:
+        from stark_pg.index.graph import build_graph_summary
+
+        report["graph"] = build_graph_summary(conn, skb_name)
     return report
