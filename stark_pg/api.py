@@ -161,7 +161,7 @@ class SKB:
         if graph:
             from stark_pg.index.graph import build_graph_summary
 
-            report["graph"] = build_graph_summary(conn, self.name)
+            report["graph"] = build_graph_summary(conn, self.name, progress=reporter)
         if dense:
             report["dense"] = build_dense(conn, self.name, model=model, multi_vector=multi_vector, progress=reporter,
                                           device=device, half=half, encode_batch=batch_size,

@@ -98,7 +98,7 @@ def index(
         if graph:
             from stark_pg.index.graph import build_graph_summary
 
-            report["graph"] = build_graph_summary(conn, name)
+            report["graph"] = build_graph_summary(conn, name, progress=progress)
         if dense:
             from stark_pg.index.dense import BATCH_SIZE, build_dense
 

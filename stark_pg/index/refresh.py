@@ -56,5 +56,5 @@ def refresh_indexes(conn: psycopg.Connection, skb_name: str, kinds: list[str],
     if kinds:
         from stark_pg.index.graph import build_graph_summary
 
-        report["graph"] = build_graph_summary(conn, skb_name)
+        report["graph"] = build_graph_summary(conn, skb_name, progress=progress)
     return report
