@@ -87,8 +87,8 @@ comment on function stark.drop_orphan_tables(int) is
 -- changed), evaluation runs (history), trained models, query vectors (re-embedded when the query's
 -- text changed: body_md5). Those rows move to the new skb_id; per-SKB indexes (`__skb<id>`) are not
 -- moved: they are rebuilt by the next index build. Nor is the typed-link summary of the old edges
--- (stark.edge_type_link): it describes edges the new version may not have, and goes with the old one. Returns {table: rows moved} for the tables that
--- had any.
+-- (stark.edge_type_link): it describes edges the new version may not have, and goes with the old one.
+-- Returns {table: rows moved} for the tables that had any.
 create or replace function stark.carry_over_skb(old_id int, new_id int) returns jsonb
 language plpgsql as $$
 declare
