@@ -12,9 +12,13 @@ of the statement), rounds and target-set sizes.
     python benchmarks/focus_benchmark.py synthetic-130000
 
 --compare FUNCTION times another SQL function with stark.focus_substitute's signature (an older version
-installed under another name, e.g. from `git show REV:sql/functions/focus.sql` with its functions
-renamed) on the same sets in the same session, alternating which of the two runs first, and counts
-the sets where the two disagree (there should be none: only plans differ between versions).
+installed under another name) on the same sets in the same session, alternating which of the two runs
+first, and counts the sets where the two disagree (there should be none: only plans differ between
+versions). --previous REV does the installing: it takes sql/functions/focus.sql as of the git revision
+REV, creates its substitution functions as temporary ones (pg_temp.prev_*, gone with the session) and
+compares against them:
+
+    python benchmarks/focus_benchmark.py synthetic-130000 --previous b4adf77
 """
 
 from __future__ import annotations
@@ -23,11 +27,13 @@ import argparse
 import json
 import os
 import random
+import re
 import statistics
+import subprocess
 import time
+from pathlib import Path
 
 import numpy as np
-
 from psycopg import sql as pgsql
 
 from stark_pg.db import connect
@@ -68,6 +74,24 @@ def generate(conn, skb_id: int, start: int, start_type: str, rng: random.Random)
     return Problem(variables, tuple(triplets))
 
 
+SUBSTITUTION_FUNCTIONS = ("focus_substitute", "focus_revise_sql", "focus_probe_sql", "focus_revise", "focus_linked",
+                          "focus_complement", "focus_domain_source")
+
+
+def install_previous(conn, revision: str) -> str:
+    """sql/functions/focus.sql of a git revision, its substitution functions created as temporary ones
+    (pg_temp.prev_<name>, calling each other); returns the name of its stark.focus_substitute."""
+    text = subprocess.run(["git", "show", f"{revision}:sql/functions/focus.sql"], capture_output=True, text=True,
+                          check=True, cwd=Path(__file__).resolve().parent).stdout
+    start = text.index("create or replace function stark.focus_domain_source")
+    body = re.sub(r"(?m)^(drop function|comment on function)[^;]*;", "", text[start:])
+    for name in SUBSTITUTION_FUNCTIONS:
+        body = re.sub(rf"\bstark\.{name}\b", f"pg_temp.prev_{name}", body)
+        body = re.sub(rf"\b{name}\.(relation|other_type)\b", rf"prev_{name}.\1", body)
+    conn.execute(body)
+    return "pg_temp.prev_focus_substitute"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("skb")
@@ -79,6 +103,8 @@ def main() -> None:
     parser.add_argument("--compare", default=None, metavar="FUNCTION",
                         help="also time this function (schema-qualified, focus_substitute's signature) on the "
                              "same sets, alternating with stark.focus_substitute")
+    parser.add_argument("--previous", default=None, metavar="REV",
+                        help="compare with focus.sql as of this git revision (installed as temporary functions)")
     parser.add_argument("--dsn", default=None, help="default: STARK_PG_DSN or the embedded server")
     args = parser.parse_args()
     rng = random.Random(args.seed)
@@ -98,6 +124,8 @@ def main() -> None:
                 break
         substitute(conn, args.skb, problems[0])                         # warm caches and plans
         other = None
+        if args.previous:
+            args.compare = install_previous(conn, args.previous)
         if args.compare:
             other = pgsql.SQL("select variable, size, node_ids, rounds from {}(%s, %s::jsonb, "
                               "respect_relations => %s, directed => %s)").format(
