@@ -1,6 +1,6 @@
 """The typed-link summary of each SKB's graph (stark.edge_type_link, built by `stark-pg index` through
 stark.edge_type_link_build) and 4StepFocus's substitution reading it (stark.focus_linked,
-stark.focus_complement; stark.focus_probe_sql takes `relation_list`). stark.carry_over_skb leaves the
+stark.focus_complement, stark.focus_gather_sql; stark.focus_probe_sql takes `relation_list`). stark.carry_over_skb leaves the
 summary with the version it describes. Re-runs sql/functions/graph.sql, skb.sql and focus.sql.
 
 Revision ID: 0026
@@ -31,6 +31,7 @@ def downgrade() -> None:
     execute("drop function if exists stark.focus_probe_sql(int, stark.focus_domain, boolean, text, text, boolean), "
             "stark.focus_linked(int, stark.focus_domain, text, text, text), "
             "stark.focus_complement(int, stark.focus_domain, stark.focus_domain, text, text), "
+            "stark.focus_gather_sql(int, text, text), "
             "stark.edge_type_link_build(text, boolean)")
     execute("drop table if exists stark.edge_type_link")
     execute(PREVIOUS)

@@ -254,6 +254,35 @@ $$;
 comment on function stark.focus_complement(int, stark.focus_domain, stark.focus_domain, text, text) is
     'Internal (4StepFocus): the members of a candidate set with an edge to a member of another that holds most of its type, through the nodes of the type it lacks.';
 
+-- The same revision gathered from x's side with y given as a list: every edge of every member of x is
+-- read through the edge index (LATERAL ... offset 0 keeps that plan), and its other end kept when it is
+-- in y, tested as `(e.<y end> + 0) = any ($1)` (one hash table for the statement). With y still every
+-- node of its type, focus_revise_sql joins the node table per edge for the type (a few µs an edge over
+-- a hub's tens of thousands); the typed-link summary's list of y's type stands in for it here.
+-- Parameters: $1 y's ids, $2 x's ids, $3 relation.
+create or replace function stark.focus_gather_sql(skb int, relation text, y_end text)
+returns text
+language plpgsql immutable as $$
+declare
+    rel text := case when relation is null then '' else ' and e.relation = $3' end;
+    one text := 'select e.id from unnest($2::bigint[]) x(id) cross join lateral (select e.%1$I as id '
+                'from stark.edge e where e.skb_id = %2$s and e.%3$I = x.id%4$s '
+                'and (e.%1$I + 0) = any ($1::bigint[]) offset 0) e';
+    parts text[] := '{}';
+begin
+    if y_end is null or y_end = 'src' then
+        parts := parts || format(one, 'src', skb, 'dst', rel);
+    end if;
+    if y_end is null or y_end = 'dst' then
+        parts := parts || format(one, 'dst', skb, 'src', rel);
+    end if;
+    return format('select coalesce(array_agg(distinct r.id order by r.id), ''{}'') from (%s) r',
+                  array_to_string(parts, ' union all '));
+end
+$$;
+comment on function stark.focus_gather_sql(int, text, text) is
+    'Internal (4StepFocus): SQL keeping the members of a listed candidate set with an edge to a member of another, read from the other''s edges.';
+
 -- One revision: the members of y with an edge to a member of x, by whichever of the two statements
 -- reads fewer edges. Probing from y (focus_probe_sql) stops at a member's first supporting edge: about
 -- nodes / |x| edges in when x is large, all of a member's edges when it has no support. Gathering
@@ -265,9 +294,11 @@ comment on function stark.focus_complement(int, stark.focus_domain, stark.focus_
 -- narrowed (every node of a type) is read from it (stark.focus_linked); a large set is cut to the
 -- members with an edge to x's type before probing (a member without one would read all its edges to
 -- fail); against a set that holds most of its type, the few nodes it lacks are read instead
--- (stark.focus_complement) when that reads less; and a probe with relations ignored visits only the
+-- (stark.focus_complement) when that reads less; a probe with relations ignored visits only the
 -- relations that link the two types (a gene's hundreds of `expression present` edges are skipped
--- when looking for its `ppi` partner).
+-- when looking for its `ppi` partner); and a gather into a set still every node of its type tests
+-- each edge's end against the summary's list of that type (stark.focus_gather_sql) when there are
+-- more edges to test than nodes in the list.
 -- `x_ids` are x's members (x's type's nodes while x is every node of its type; null for every node
 -- of any type, which only a probe can use), `nodes` the SKB's node count.
 create or replace function stark.focus_revise(skb int, y stark.focus_domain, y_size bigint,
@@ -347,8 +378,16 @@ begin
         execute stark.focus_probe_sql(skb, y, x_ids is not null, relation, y_end, cardinality(relations) > 0)
             into result using y.node_ids, x_ids, relation, y.node_type, relations;
     else
-        execute stark.focus_revise_sql(skb, y, x, relation, y_end)
-            into result using y.node_ids, x.node_ids, relation, y.node_type, x.node_type;
+        -- more edges to look up than nodes in y's type: worth the summary's list of that type
+        if y.top and not x.top and x_size * x_degree > 2 * y_size then
+            linked := stark.focus_linked(skb, y, x.node_type, relation, y_end);
+        end if;
+        if linked is not null then
+            execute stark.focus_gather_sql(skb, relation, y_end) into result using linked, x.node_ids, relation;
+        else
+            execute stark.focus_revise_sql(skb, y, x, relation, y_end)
+                into result using y.node_ids, x.node_ids, relation, y.node_type, x.node_type;
+        end if;
     end if;
     return result;
 end
