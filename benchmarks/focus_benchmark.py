@@ -75,7 +75,8 @@ def generate(conn, skb_id: int, start: int, start_type: str, rng: random.Random)
 
 
 SUBSTITUTION_FUNCTIONS = ("focus_substitute", "focus_revise_sql", "focus_probe_sql", "focus_revise", "focus_linked",
-                          "focus_complement", "focus_gather_sql", "focus_domain_source")
+                          "focus_complement", "focus_gather_sql", "focus_edge_ends_sql",
+                          "focus_domain_source")
 
 
 def install_previous(conn, revision: str) -> str:

@@ -1,7 +1,7 @@
 """The typed-link summary of each SKB's graph (stark.edge_type_link, built by `stark-pg index` through
 stark.edge_type_link_build) and 4StepFocus's substitution reading it (stark.focus_linked,
-stark.focus_complement, stark.focus_gather_sql; stark.focus_probe_sql takes `relation_list`). stark.carry_over_skb leaves the
-summary with the version it describes. Re-runs sql/functions/graph.sql, skb.sql and focus.sql.
+stark.focus_complement, stark.focus_gather_sql, stark.focus_edge_ends_sql; stark.focus_probe_sql takes
+`relation_list`). stark.carry_over_skb leaves the summary with the version it describes. Re-runs sql/functions/graph.sql, skb.sql and focus.sql.
 
 Revision ID: 0026
 Revises: 0025
@@ -32,6 +32,7 @@ def downgrade() -> None:
             "stark.focus_linked(int, stark.focus_domain, text, text, text), "
             "stark.focus_complement(int, stark.focus_domain, stark.focus_domain, text, text), "
             "stark.focus_gather_sql(int, text, text), "
+            "stark.focus_edge_ends_sql(int, text, text, int, int), "
             "stark.edge_type_link_build(text, boolean)")
     execute("drop table if exists stark.edge_type_link")
     execute(PREVIOUS)

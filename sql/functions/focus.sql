@@ -208,6 +208,34 @@ $$;
 comment on function stark.focus_linked(int, stark.focus_domain, text, text, text) is
     'Internal (4StepFocus): the members of a candidate set with an edge to some node of a type, from stark.edge_type_link.';
 
+-- The edges between the nodes listed in parameter $<from_param> and those listed in $<keep_param>, of
+-- `relation` ($3; null: any) with the kept node at y's end (`y_end`: 'src', 'dst', null: either):
+-- one row `id` per edge, the kept node. Each listed "from" node is one index scan of its edges
+-- (LATERAL ... offset 0: the planner would rather scan the whole relation), and the other end is kept
+-- when `(e.<end> + 0) = any ($<keep_param>)`: one hash table for the statement, not an index condition.
+create or replace function stark.focus_edge_ends_sql(skb int, relation text, y_end text, from_param int,
+                                                     keep_param int)
+returns text
+language plpgsql immutable as $$
+declare
+    rel text := case when relation is null then '' else ' and e.relation = $3' end;
+    one text := 'select e.id from unnest($%5$s::bigint[]) f(id) cross join lateral (select e.%1$I as id '
+                'from stark.edge e where e.skb_id = %2$s and e.%3$I = f.id%4$s '
+                'and (e.%1$I + 0) = any ($%6$s::bigint[]) offset 0) e';
+    parts text[] := '{}';
+begin
+    if y_end is null or y_end = 'src' then
+        parts := parts || format(one, 'src', skb, 'dst', rel, from_param, keep_param);
+    end if;
+    if y_end is null or y_end = 'dst' then
+        parts := parts || format(one, 'dst', skb, 'src', rel, from_param, keep_param);
+    end if;
+    return array_to_string(parts, ' union all ');
+end
+$$;
+comment on function stark.focus_edge_ends_sql(int, text, text, int, int) is
+    'Internal (4StepFocus): SQL listing, per edge from one listed set to another, the node of the second.';
+
 -- The members of y (materialised, each with at least one edge to a node of x's type: stark.focus_linked)
 -- with an edge to a member of x, when x holds most of its type: y less the members all of whose edges
 -- to the type go to the few nodes of the type that x lacks. Those edges are counted from the lacking
@@ -218,23 +246,11 @@ create or replace function stark.focus_complement(skb int, y stark.focus_domain,
 returns bigint[]
 language plpgsql stable as $$
 declare
-    rel text := case when relation is null then '' else ' and e.relation = $3' end;
-    -- one index scan per lacking node (LATERAL ... offset 0: the planner would rather scan the relation)
-    one text := 'select e.id from unnest($1::bigint[]) c(id) cross join lateral (select e.%1$I as id '
-                'from stark.edge e where e.skb_id = %2$s and e.%3$I = c.id%4$s '
-                'and (e.%1$I + 0) = any ($2::bigint[]) offset 0) e';
-    parts text[] := '{}';
     missing bigint[];
     result bigint[];
 begin
     missing := array(select n.node_id from stark.node n where n.skb_id = skb and n.type = x.node_type
                      except select u.id from unnest(x.node_ids) u(id));
-    if y_end is null or y_end = 'src' then
-        parts := parts || format(one, 'src', skb, 'dst', rel);
-    end if;
-    if y_end is null or y_end = 'dst' then
-        parts := parts || format(one, 'dst', skb, 'src', rel);
-    end if;
     execute format(
         'with hits as (select h.id, count(*) as n from (%s) h group by h.id),
               counted as (select u.id, sum(u.n) as n
@@ -245,7 +261,7 @@ begin
                           group by u.id)
          select coalesce(array_agg(m.id order by m.id), ''{}'') from unnest($2::bigint[]) m(id)
          where m.id not in (select h.id from hits h join counted c on c.id = h.id and c.n = h.n)',
-        array_to_string(parts, ' union all '), skb,
+        stark.focus_edge_ends_sql(skb, relation, y_end, 1, 2), skb,
         case when y_end is null then '' when y_end = 'src' then 'and l.out' else 'and not l.out' end)
         into result using missing, y.node_ids, relation, y.node_type, x.node_type;
     return result;
@@ -255,30 +271,15 @@ comment on function stark.focus_complement(int, stark.focus_domain, stark.focus_
     'Internal (4StepFocus): the members of a candidate set with an edge to a member of another that holds most of its type, through the nodes of the type it lacks.';
 
 -- The same revision gathered from x's side with y given as a list: every edge of every member of x is
--- read through the edge index (LATERAL ... offset 0 keeps that plan), and its other end kept when it is
--- in y, tested as `(e.<y end> + 0) = any ($1)` (one hash table for the statement). With y still every
--- node of its type, focus_revise_sql joins the node table per edge for the type (a few µs an edge over
--- a hub's tens of thousands); the typed-link summary's list of y's type stands in for it here.
--- Parameters: $1 y's ids, $2 x's ids, $3 relation.
+-- read through the edge index, and its other end kept when it is in y (stark.focus_edge_ends_sql).
+-- With y still every node of its type, focus_revise_sql joins the node table per edge for the type (a
+-- few µs an edge over a hub's tens of thousands); the typed-link summary's list of y's type stands in
+-- for it here. Parameters: $1 y's ids, $2 x's ids, $3 relation.
 create or replace function stark.focus_gather_sql(skb int, relation text, y_end text)
 returns text
-language plpgsql immutable as $$
-declare
-    rel text := case when relation is null then '' else ' and e.relation = $3' end;
-    one text := 'select e.id from unnest($2::bigint[]) x(id) cross join lateral (select e.%1$I as id '
-                'from stark.edge e where e.skb_id = %2$s and e.%3$I = x.id%4$s '
-                'and (e.%1$I + 0) = any ($1::bigint[]) offset 0) e';
-    parts text[] := '{}';
-begin
-    if y_end is null or y_end = 'src' then
-        parts := parts || format(one, 'src', skb, 'dst', rel);
-    end if;
-    if y_end is null or y_end = 'dst' then
-        parts := parts || format(one, 'dst', skb, 'src', rel);
-    end if;
-    return format('select coalesce(array_agg(distinct r.id order by r.id), ''{}'') from (%s) r',
-                  array_to_string(parts, ' union all '));
-end
+language sql immutable as $$
+    select format('select coalesce(array_agg(distinct r.id order by r.id), ''{}'') from (%s) r',
+                  stark.focus_edge_ends_sql(skb, relation, y_end, 2, 1))
 $$;
 comment on function stark.focus_gather_sql(int, text, text) is
     'Internal (4StepFocus): SQL keeping the members of a listed candidate set with an edge to a member of another, read from the other''s edges.';
