@@ -130,14 +130,15 @@ def _postmaster_pid(backend: int) -> int | None:
         return None
 
 
-def run_one(nodes: int, edges_per_node: float, seed: int, dsn: str | None) -> dict:
+def run_one(nodes: int, edges_per_node: float, seed: int, dsn: str | None, keep: str | None = None) -> dict:
+    """Load one synthetic SKB and measure it; drop it afterwards, or keep it under the name `keep`."""
     sys.path.insert(0, str(ROOT))
     from loaders.synthetic import SyntheticSource
     from stark_pg.db import connect
     from stark_pg.skb.catalog import drop_skb
     from stark_pg.skb.store import load_skb
 
-    name = f"bench-{nodes}"
+    name = keep or f"bench-{nodes}"
     with connect(dsn) as conn:
         pid = conn.info.backend_pid
         local = _is_postgres(pid)
@@ -165,7 +166,8 @@ def run_one(nodes: int, edges_per_node: float, seed: int, dsn: str | None) -> di
         if local:
             watcher.join()
             sample()
-        drop_skb(conn, name)
+        if not keep:
+            drop_skb(conn, name)
     python_peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss        # kB on Linux
 
     # the generator alone, no database: how much of the load's time is ours
@@ -225,10 +227,11 @@ def main() -> None:
     parser.add_argument("--dsn", help="use this server instead of the embedded one")
     parser.add_argument("--keep-server", action="store_true", help="leave the embedded server running")
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)   # the per-size subprocess
+    parser.add_argument("--keep-as", help=argparse.SUPPRESS)          # ... keeping its SKB under this name
     args = parser.parse_args()
 
     if args.one:
-        print(json.dumps(run_one(args.one, args.edges_per_node, args.seed, args.dsn)))
+        print(json.dumps(run_one(args.one, args.edges_per_node, args.seed, args.dsn, args.keep_as)))
         return
 
     env = dict(os.environ, STARK_PG_HOME=args.home)

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psycopg
 from psycopg import sql as pgsql
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,6 +149,67 @@ def doc_matrix(conn, tables: ModelTables, skb_id: int) -> tuple[np.ndarray, np.n
     return ids, matrix
 
 
+def enable_vectorscale(conn) -> bool:
+    """Whether the server has pgvectorscale (DiskANN); creates the extension where it is available."""
+    have = conn.execute("select count(*) > 0 from pg_available_extensions where name = 'vectorscale'").fetchone()[0]
+    if have:
+        conn.execute("create extension if not exists vectorscale cascade")
+    return bool(have)
+
+
+def exact_baselines(conn, tables: ModelTables, skb_id: int, skb: str, queries, k: int, report: dict) -> list[list[int]]:
+    """Exact search in SQL (no vector index may exist when this runs) and a numpy brute force over the
+    matrix in memory, both timed into `report`; returns the exact top k, the truth for recall."""
+    exact_ms, truth = vss(conn, skb, tables.name, queries, k, exact=True)
+    report["exact_sql"] = percentiles(exact_ms)
+    ids, matrix = doc_matrix(conn, tables, skb_id)
+    numpy_ms, numpy_top = [], []
+    for q in queries:
+        started = time.perf_counter()
+        scores = matrix @ q
+        top = np.argpartition(-scores, k)[:k]
+        numpy_top.append(list(ids[top[np.argsort(-scores[top])]]))
+        numpy_ms.append((time.perf_counter() - started) * 1000)
+    report["numpy_bruteforce"] = percentiles(numpy_ms) | {"recall@10": recall(numpy_top, truth, k)}
+    print(f"exact: {report['exact_sql']}  numpy: {report['numpy_bruteforce']}", flush=True)
+    return truth
+
+
+def build_and_sweep(conn, tables: ModelTables, skb_ids: list[int], skb: str, queries, truth, k: int, efs: list[int],
+                    kinds: list[str], vectorscale: bool, timeout_s: float | None = None) -> list[dict]:
+    """Build each kind of index over the first SKB's vectors in turn (the others dropped first): build
+    seconds, size, and the search-list sweep. A build that runs past `timeout_s` is cancelled and reported
+    as unfinished instead of holding up the rest of the run (DiskANN at 1M vectors takes hours here)."""
+    entries = []
+    for kind in kinds:
+        label, section, method, m, efc = CONFIGS[kind]
+        if method == "diskann" and not vectorscale:
+            print("notice: vectorscale is not available on this server: no DiskANN", flush=True)
+            continue
+        drop_indexes(conn, tables, skb_ids)
+        index = vector_index_name(tables.doc_table, skb_ids[0], method)
+        conn.execute("select set_config('statement_timeout', %s, false)", (f"{int(timeout_s * 1000)}" if timeout_s else "0",))
+        started = time.perf_counter()
+        try:
+            conn.execute(statement(section, tables, index=pgsql.Identifier(index),
+                                   table=pgsql.Identifier("stark", tables.doc_table), skb=skb_ids[0], m=m or 16,
+                                   ef_construction=efc or 64))
+        except psycopg.errors.QueryCanceled:
+            entry = {"index": label, "build_s": None, "unfinished_after_s": round(time.perf_counter() - started, 1),
+                     "size_mb": None, "sweep": []}
+            entries.append(entry)
+            print(json.dumps(entry), flush=True)
+            continue
+        finally:
+            conn.execute("select set_config('statement_timeout', '0', false)")
+        build = time.perf_counter() - started
+        entry = {"index": label, "build_s": round(build, 1), "size_mb": round(index_size(conn, index) / 2**20, 1),
+                 "sweep": sweep(conn, skb, tables.name, queries, truth, k, efs)}
+        entries.append(entry)
+        print(json.dumps(entry), flush=True)
+    return entries
+
+
 def filtered(conn, tables: ModelTables, skb_ids: list[int], queries, truth, k: int, ef: int) -> dict:
     """The per-SKB partial index against one index over both SKBs with iterative scans; a node-type filter."""
     doc = pgsql.Identifier("stark", tables.doc_table)
@@ -219,6 +281,8 @@ def main() -> None:
     parser.add_argument("--parts", default="indexes,filter",
                         help="indexes (build and sweep each kind), filter (partial per SKB vs one index, second SKB)")
     parser.add_argument("--out", type=Path, default=Path("vector-benchmark"))
+    parser.add_argument("--index-timeout", type=float, help="cancel an index build after this many seconds "
+                        "(reported as unfinished) and go on with the next kind")
     parser.add_argument("--maintenance-work-mem", default="1GB",
                         help="for the index builds; an HNSW graph larger than this builds much more slowly "
                              "(1M vectors, m=16: about 2 GB)")
@@ -238,43 +302,13 @@ def main() -> None:
         for i, s in enumerate(skb_ids):
             fill_vectors(conn, tables, s, seed=100 + i)
         queries = list(clustered_unit_vectors(np.random.default_rng(1), cluster_centers(args.dim), args.queries))
-        report["pgvectorscale"] = conn.execute("select extversion from pg_extension where extname = 'vectorscale'"
-                                               ).fetchone() is not None or conn.execute(
-            "select count(*) > 0 from pg_available_extensions where name = 'vectorscale'").fetchone()[0]
-        if report["pgvectorscale"]:
-            conn.execute("create extension if not exists vectorscale cascade")
-
+        report["pgvectorscale"] = enable_vectorscale(conn)
         drop_indexes(conn, tables, skb_ids)
-        exact_ms, truth = vss(conn, name, tables.name, queries, k, exact=True)
-        report["exact_sql"] = percentiles(exact_ms)
-        ids, matrix = doc_matrix(conn, tables, skb_ids[0])
-        numpy_ms, numpy_top = [], []
-        for q in queries:
-            started = time.perf_counter()
-            scores = matrix @ q
-            top = np.argpartition(-scores, k)[:k]
-            numpy_top.append(list(ids[top[np.argsort(-scores[top])]]))
-            numpy_ms.append((time.perf_counter() - started) * 1000)
-        report["numpy_bruteforce"] = percentiles(numpy_ms) | {"recall@10": recall(numpy_top, truth, k)}
-        print(f"exact: {report['exact_sql']}  numpy: {report['numpy_bruteforce']}", flush=True)
+        truth = exact_baselines(conn, tables, skb_ids[0], name, queries, k, report)
 
-        report["indexes"] = []
-        kinds = [CONFIGS[kind] for kind in args.kinds.split(",")] if "indexes" in parts else []
-        for label, section, method, m, efc in kinds:
-            if method == "diskann" and not report["pgvectorscale"]:
-                print("notice: vectorscale is not available on this server: no DiskANN", flush=True)
-                continue
-            drop_indexes(conn, tables, skb_ids)
-            index = vector_index_name(tables.doc_table, skb_ids[0], method)
-            started = time.perf_counter()
-            conn.execute(statement(section, tables, index=pgsql.Identifier(index),
-                                   table=pgsql.Identifier("stark", tables.doc_table), skb=skb_ids[0], m=m or 16,
-                                   ef_construction=efc or 64))
-            build = time.perf_counter() - started
-            entry = {"index": label, "build_s": round(build, 1), "size_mb": round(index_size(conn, index) / 2**20, 1),
-                     "sweep": sweep(conn, name, tables.name, queries, truth, k, efs)}
-            report["indexes"].append(entry)
-            print(json.dumps(entry), flush=True)
+        kinds = args.kinds.split(",") if "indexes" in parts else []
+        report["indexes"] = build_and_sweep(conn, tables, skb_ids, name, queries, truth, k, efs, kinds,
+                                            report["pgvectorscale"], args.index_timeout)
         drop_indexes(conn, tables, skb_ids)
         if "filter" in parts:
             report["filtered"] = filtered(conn, tables, skb_ids, queries, truth, k, ef=100)
@@ -290,6 +324,8 @@ def print_table(report: dict) -> None:
     print(f"\n{report['nodes']:,} vectors of {report['dim']} dimensions, {report['queries']} queries, k={report['k']}")
     print(f"{'index':<24} {'build s':>8} {'size MB':>8} {'ef_search':>9} {'recall@10':>9} {'p50 ms':>8} {'p95 ms':>8}")
     for entry in report["indexes"]:
+        if entry["build_s"] is None:
+            print(f"{entry['index']:<24} build cancelled after {entry['unfinished_after_s']} s (--index-timeout)")
         for i, row in enumerate(entry["sweep"]):
             print(f"{entry['index'] if i == 0 else '':<24} {entry['build_s'] if i == 0 else '':>8} "
                   f"{entry['size_mb'] if i == 0 else '':>8} {row['ef_search']:>9} {row['recall@10']:>9.4f} "

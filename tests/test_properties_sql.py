@@ -337,7 +337,8 @@ FUNCTIONS = {
     "vector_distance": (["text", "text", "int"], [texts, st.sampled_from(["vector", "halfvec", "x", None]), ints]),
     "vector_search_settings": (["text", "int"], [st.sampled_from(["hnsw", "diskann", "x", None]), ints]),
     "vector_search_restore": (["text[]"], [st.one_of(st.none(), st.lists(st.sampled_from(
-        ["hnsw.ef_search", "hnsw.iterative_scan", "diskann.query_search_list_size", "work_mem", "40", "0",
+        ["hnsw.ef_search", "hnsw.iterative_scan", "diskann.query_search_list_size", "diskann.query_rescore",
+         "work_mem", "40", "0",
          "relaxed_order", "strict_order", "x", ""]), max_size=6))]),
     "hybrid": (["text", "text", "vector", "int", "text", "float8", "int", "int", "text"],
                [names, texts, vectors, ints, st.sampled_from(["rrf", "weighted", "x", None]), floats, ints, ints,

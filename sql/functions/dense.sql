@@ -140,6 +140,10 @@ comment on function stark.vector_distance(text, text, int) is
 -- does with SET LOCAL in the search transaction; 1 to 1000), else max(`at_least`, 100, the current
 -- setting). Set for the transaction (set_config(..., true), as SET LOCAL); HNSW scans become iterative
 -- (hnsw.iterative_scan = relaxed_order), so a list smaller than the rows asked for still yields them.
+-- A DiskANN scan returns its candidates in the order of their compressed (binary-quantised) distances
+-- and re-scores only the first diskann.query_rescore (pgvectorscale's default: 50) with the full vectors:
+-- that number, not the list size, bounds its recall (measured: 0.68 at 50, 0.88 at 200, 0.998 at 1000
+-- rescored, whatever the list), so it is set to the same size as the list.
 -- Returns the settings to restore afterwards (stark.vector_search_restore).
 create or replace function stark.vector_search_settings(method text, at_least int) returns text[]
 language plpgsql as $$
@@ -162,18 +166,22 @@ begin
     perform set_config(knob, least(wanted, 1000)::text, true);
     if method is distinct from 'diskann' then
         perform set_config('hnsw.iterative_scan', 'relaxed_order', true);
+    else
+        saved := saved || array['diskann.query_rescore', coalesce(current_setting('diskann.query_rescore', true), '50')];
+        perform set_config('diskann.query_rescore', least(wanted, 1000)::text, true);
     end if;
     return saved;
 end
 $$;
 comment on function stark.vector_search_settings(text, int) is
-    'Internal: sets the index search list size (stark.ef_search, or at least at_least) for the transaction; returns what to restore.';
+    'Internal: sets the index search list size (stark.ef_search, or at least at_least; DiskANN: its rescored candidates too) for the transaction; returns what to restore.';
 
 create or replace function stark.vector_search_restore(saved text[]) returns void
 language plpgsql as $$
 begin
     for i in 1 .. coalesce(array_length(saved, 1), 0) / 2 loop
-        if saved[2 * i - 1] in ('hnsw.ef_search', 'hnsw.iterative_scan', 'diskann.query_search_list_size') then
+        if saved[2 * i - 1] in ('hnsw.ef_search', 'hnsw.iterative_scan', 'diskann.query_search_list_size',
+                                'diskann.query_rescore') then
             perform set_config(saved[2 * i - 1], saved[2 * i], true);
         end if;
     end loop;
