@@ -179,7 +179,7 @@ def build_and_sweep(conn, tables: ModelTables, skb_ids: list[int], skb: str, que
                     kinds: list[str], vectorscale: bool, timeout_s: float | None = None) -> list[dict]:
     """Build each kind of index over the first SKB's vectors in turn (the others dropped first): build
     seconds, size, and the search-list sweep. A build that runs past `timeout_s` is cancelled and reported
-    as unfinished instead of holding up the rest of the run (DiskANN at 1M vectors takes hours here)."""
+    as unfinished instead of holding up the rest of the run (DiskANN at 1M vectors: over 40 minutes here)."""
     entries = []
     for kind in kinds:
         label, section, method, m, efc = CONFIGS[kind]
