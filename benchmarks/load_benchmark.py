@@ -196,6 +196,18 @@ def run_one(nodes: int, edges_per_node: float, seed: int, dsn: str | None, keep:
     }
 
 
+def run_in_subprocess(size: int, edges_per_node: float, seed: int, dsn: str | None, env: dict,
+                      keep_as: str | None = None) -> dict:
+    """`run_one` in a fresh Python process, so that its peak RSS is this size's alone; its row."""
+    command = [sys.executable, __file__, "--one", str(size), "--edges-per-node", str(edges_per_node),
+               "--seed", str(seed)] + (["--dsn", dsn] if dsn else []) + (["--keep-as", keep_as] if keep_as else [])
+    done = subprocess.run(command, check=False, capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr)
+        raise SystemExit(f"size {size} failed (exit {done.returncode})")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 COLUMNS = (("nodes", "nodes", "{:,}"), ("edges", "edges", "{:,}"), ("seconds", "s", "{:.1f}"),
            ("nodes_per_s", "nodes/s", "{:,}"), ("edges_per_s", "edges/s", "{:,}"),
            ("node_stage_per_s", "node stage/s", "{:,}"), ("edge_stage_per_s", "edge stage/s", "{:,}"),
@@ -244,13 +256,7 @@ def main() -> None:
     rows = []
     print(f"server: embedded, STARK_PG_HOME={args.home}" if not args.dsn else "server: --dsn", file=sys.stderr)
     for size in args.sizes:
-        command = [sys.executable, __file__, "--one", str(size), "--edges-per-node", str(args.edges_per_node),
-                   "--seed", str(args.seed)] + (["--dsn", args.dsn] if args.dsn else [])
-        done = subprocess.run(command, check=False, capture_output=True, text=True, env=env)
-        if done.returncode != 0:
-            sys.stderr.write(done.stderr)
-            raise SystemExit(f"size {size} failed (exit {done.returncode})")
-        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        rows.append(run_in_subprocess(size, args.edges_per_node, args.seed, args.dsn, env))
         print(f"{size:,} nodes: {rows[-1]['seconds']} s", file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps(rows, indent=2))

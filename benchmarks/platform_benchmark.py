@@ -40,13 +40,11 @@ def load_average() -> float:
 
 
 def measure_load(nodes: int, name: str, env: dict) -> dict:
-    """load_benchmark.py's per-size measurement in a fresh process, keeping the SKB as `name`."""
-    done = subprocess.run([sys.executable, str(HERE / "load_benchmark.py"), "--one", str(nodes), "--keep-as", name],
-                          check=False, capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        sys.stderr.write(done.stderr)
-        raise SystemExit(f"loading {nodes:,} nodes failed (exit {done.returncode})")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    """load_benchmark.py's per-size measurement (20 edges a node, seed 0) in a fresh process, keeping the
+    SKB as `name`."""
+    from load_benchmark import run_in_subprocess
+
+    return run_in_subprocess(nodes, 20.0, 0, None, env, keep_as=name)
 
 
 def build_lexical(name: str, env: dict) -> dict:
