@@ -146,3 +146,43 @@ def test_dropping_the_skb_drops_its_indexes(db_url):
     run("drop", SKB)
     with psycopg.connect(db_url) as conn:
         assert conn.execute("select count(*) from pg_class where relname like 'lexbm25%%'").fetchone()[0] == 0
+
+
+def test_the_index_scans_scores_are_those_of_the_operator_and_any_query_text_is_safe(conn, ibd):
+    """stark.bm25_top inlines the query text as a literal so that the scan's own scores come back
+    (bm25_get_current_score()): they must be the operator's per-row scores, and quotes, dollars or
+    backslashes in the text must stay text (a mis-quoted literal would fail or change the query)."""
+    index, table = conn.execute("select 'stark.' || stark.bm25_index(%s, '*'), stark.bm25_table(%s, '*')",
+                                (ibd, ibd)).fetchone()
+    for query in [*val_queries(conn, ibd)[:5], "Crohn's disease'); drop table stark.node; --",
+                  "$$ colitis $1 \\' mesalazine"]:
+        ranked = top(conn, ibd, "*", query, "textsearch", k=1000)
+        assert ranked, query
+        assert len(ranked) <= 1000 and [s for _, s in ranked] == sorted((s for _, s in ranked), reverse=True)
+        per_row = dict(conn.execute(f"select node_id, -(body <@> to_bm25query(%s, %s)) / 2.2 from stark.{table} "
+                                    "where node_id = any(%s)", (query, index, [n for n, _ in ranked])).fetchall())
+        assert all(abs(score - per_row[n]) <= 1e-5 * max(1.0, abs(score)) for n, score in ranked), query
+    assert conn.execute("select count(*) from stark.node where skb_id = %s", (ibd,)).fetchone()[0] == 3426
+    assert top(conn, ibd, "*", "", "textsearch") == [] and top(conn, ibd, "*", None, "textsearch") == []
+
+
+def test_a_table_small_enough_for_a_sequential_scan_still_ranks_through_the_index(conn, tmp_path):
+    """On a three-node SKB the planner prefers a sequential scan and a sort, whose rows carry no scan
+    score (bm25_get_current_score() gave 0 for every one, so bm25_top and mFAR's shortlists came back
+    empty, or, after other BM25 statements in the session, held a stale score): stark.bm25_index_scan
+    turns sequential scans off for its statement. mFAR's shortlist comes first, on a fresh session."""
+    from test_bad_input import write_bundle
+
+    skb_id = load_skb(conn, BundleSource(write_bundle(tmp_path / "tiny"))).skb_id
+    assert build_lexical(conn, "tiny")["engine"] == "textsearch"
+    for scope in ("*", "description"):              # statistics that show the table's size to the planner
+        conn.execute(f"analyze stark.{conn.execute('select stark.bm25_table(%s, %s)', (skb_id, scope)).fetchone()[0]}")
+    shortlist = conn.execute("select node_id, field from stark.mfar_field_scores('tiny', 'pain relief', null::vector, "
+                             "'all-MiniLM-L6-v2', array['description'], '{}'::text[], 10, null::bigint[], 1.2, 0.75, "
+                             "'textsearch')").fetchall()
+    assert shortlist == [(1, "description")]
+    assert dict(top(conn, skb_id, "description", "pain relief", "textsearch")) == pytest.approx(
+        dict(top(conn, skb_id, "description", "pain relief", "sql")), rel=1e-5)
+    assert dict(top(conn, skb_id, "description", "pain relief", "sql"))
+    assert [n for n, _ in top(conn, skb_id, "*", "pain relief", "textsearch")] == [1]
+    assert conn.execute("show enable_seqscan").fetchone()[0] == "on"     # only the function's statement

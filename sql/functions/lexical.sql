@@ -279,11 +279,39 @@ $$;
 comment on function stark.bm25_engine(int, text, text, double precision, double precision) is
     'Which BM25 engine (textsearch or sql) a ranked search of one scope uses for the requested engine, k1 and b.';
 
--- Top k of one scope by BM25 with the engine stark.bm25_engine picks. pg_textsearch's scores are
--- negative (its operator sorts ascending) and include Okapi's (k1 + 1): both are undone, so the two
+-- The top k of one scope through its pg_textsearch index, with the score the index scan computed
+-- (bm25_get_current_score(): negative, as the index orders ascending, and including Okapi's k1 + 1).
+-- The query text goes into the statement as a quoted literal, not a bound parameter, and sequential
+-- scans are off for this function: pg_textsearch's planner hook hands over the scan's score only for
+-- a literal query text and an index scan (a small table's seq scan and sort gave 0 for every row).
+-- Writing `body <@> query` in the select list instead would score every returned row again,
+-- tokenising its text (the slice's top 1,000: 151 ms against 2.6 ms, measured). A bound query text
+-- would also have to go through to_bm25query(text, index): `body <@> $1` cannot find its index.
+create or replace function stark.bm25_index_scan(skb int, target_scope text, query text, k int)
+returns table (node_id bigint, index_score double precision)
+language plpgsql stable set enable_seqscan = off as $$
+declare
+    tbl text := stark.bm25_table(skb, target_scope);
+begin
+    if to_regclass(format('stark.%I', tbl)) is null then
+        raise exception 'scope % of SKB % has no pg_textsearch index', coalesce(quote_literal(target_scope), 'NULL'),
+                        coalesce(skb::text, 'NULL')
+            using hint = 'run `stark-pg index` on a server with pg_textsearch, or use engine sql';
+    end if;
+    return query execute format(
+        'select t.node_id, bm25_get_current_score()::double precision from stark.%I t
+         order by t.body <@> to_bm25query(%L, %L) limit $1',
+        tbl, coalesce(query, ''), 'stark.' || stark.bm25_index(skb, target_scope))
+        using greatest(k, 0);
+end
+$$;
+comment on function stark.bm25_index_scan(int, text, text, int) is
+    'Top-k rows of one lexical scope''s pg_textsearch index (by skb_id) with the scan''s own (negative) BM25 scores.';
+
+-- Top k of one scope by BM25 with the engine stark.bm25_engine picks. pg_textsearch's scores
+-- (stark.bm25_index_scan) are negative and include Okapi's (k1 + 1): both are undone, so the two
 -- engines give scores on one scale (they differ in the last digits: pg_textsearch stores document
--- lengths compressed). A bound query text must go through to_bm25query(text, index): `body <@> $1`
--- cannot find its index.
+-- lengths compressed and scores in float4).
 create or replace function stark.bm25_top(skb int, target_scope text, query text, k int default 10,
                                           k1 double precision default 1.2, b double precision default 0.75,
                                           engine text default 'auto')
@@ -299,13 +327,9 @@ begin
                      order by s.score desc, s.node_id limit k;
         return;
     end if;
-    return query execute format(
-        'select r.node_id, r.score from (
-             select t.node_id, -(t.body <@> to_bm25query($1, %1$L)) / %3$s as score
-             from stark.%2$I t order by t.body <@> to_bm25query($1, %1$L) limit $2) r
-         where r.score > 0 order by r.score desc, r.node_id',
-        'stark.' || stark.bm25_index(skb, target_scope), stark.bm25_table(skb, target_scope), k1 + 1)
-        using query, k;
+    return query select s.node_id, -s.index_score / (k1 + 1) as score
+                 from stark.bm25_index_scan(skb, target_scope, query, k) s
+                 where s.index_score < 0 order by score desc, s.node_id;
 end
 $$;
 comment on function stark.bm25_top(int, text, text, int, double precision, double precision, text) is

@@ -94,26 +94,27 @@ def _unit(vector: np.ndarray) -> np.ndarray:
 
 def retrieve(conn: psycopg.Connection, skb: str, query: str, expansions: list[str], o: RetrieverOptions,
              k: int) -> tuple[list[Hit], dict]:
-    """The top k for the query plus its expansions by the chosen retriever, and a trace of that step.
+    """The top k for the query plus its expansions by the chosen retriever, and a trace of that step
+    (its `ms` covers the statement: the rows are fetched before the clock stops).
     With no expansions this is exactly the plain retriever on the query."""
     started = time.perf_counter()
     model = canonical_name(o.model)
     text = expanded_text(query, expansions)
     trace: dict = {"retriever": o.retriever, "chars": len(text)}
     if o.retriever == "bm25":
-        rows = sql().bm25_top(conn, skb_id=require_skb(conn, skb), scope="*", query=text, k1=1.2, b=0.75, k=k,
-                              engine="auto")
+        rows = list(sql().bm25_top(conn, skb_id=require_skb(conn, skb), scope="*", query=text, k1=1.2, b=0.75,
+                                   k=k, engine="auto"))
         trace["sql"] = "stark.bm25_top(skb_id, '*', query_and_expansions, k, 1.2, 0.75, 'auto')"
     else:
         vector = query_vector(query, expansions, o)
         trace["combine"], trace["query_weight"] = o.combine, o.query_weight
         if o.retriever == "vss":
-            rows = sql().vss_top(conn, skb=skb, embedding=vector, k=k, model=model, exact=False)
+            rows = list(sql().vss_top(conn, skb=skb, embedding=vector, k=k, model=model, exact=False))
             trace["sql"] = "stark.vss(skb, embedding_of_query_and_expansions, k, model)"
         else:
             h = HybridOptions()
-            rows = sql().hybrid_top(conn, skb=skb, query=text, embedding=vector, k=k, fusion=h.fusion,
-                                    weight=h.weight, pool=h.pool, rrf_k=h.rrf_k, model=model)
+            rows = list(sql().hybrid_top(conn, skb=skb, query=text, embedding=vector, k=k, fusion=h.fusion,
+                                         weight=h.weight, pool=h.pool, rrf_k=h.rrf_k, model=model))
             trace["sql"] = "stark.hybrid(skb, query_and_expansions, embedding, k, 'rrf', 0.5, 100, 60, model)"
     trace["ms"] = round((time.perf_counter() - started) * 1000, 3)
     return [Hit(int(n), float(s)) for n, s in rows], trace
