@@ -3,6 +3,7 @@
 Run by hand (figures in docs/fusion.md, "How far cross-validation can be trusted"):
     python benchmarks/fusion_holdout.py stark-prime-ibd --seed 1 [--seed 2 ...] [--rounds 100,200]
     python benchmarks/fusion_holdout.py stark-prime-ibd --seed 1 --seed 2 --no-groups --param num_leaves=7
+    python benchmarks/fusion_holdout.py stark-prime-ibd --seed 3 --seed 4 --no-groups --bag 5 --features DIR
 
 Why: `stark-pg train fusion` chooses its rounds by k-fold cross-validation over features computed once
 for all training questions, so a held-out question's neighbour features (type_share, knn_answer) draw
@@ -61,6 +62,12 @@ def holdout_features(conn, skb: str, skb_id: int, seed: int, share: float, model
     return fit, out
 
 
+def relative(X: np.ndarray) -> np.ndarray:
+    """The features and, beside them, each minus its best value among the question's candidates
+    (a per-question view that the trees cannot build from the features alone)."""
+    return np.hstack([X, X - X.max(axis=0, keepdims=True)]) if len(X) else X
+
+
 def main() -> None:
     import lightgbm
 
@@ -79,6 +86,10 @@ def main() -> None:
     parser.add_argument("--dense", default=None, metavar="NAME",
                         help="add trained_dense from the fold models NAME-fold<k>of<n> (train dense --fold k/n)")
     parser.add_argument("--dense-folds", type=int, default=2)
+    parser.add_argument("--bag", type=int, default=1, metavar="N",
+                        help="score with the mean of N models fitted with seeds seed..seed+N-1 (bagging)")
+    parser.add_argument("--relative", action="store_true",
+                        help="add each feature minus its best value among the question's candidates")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     conn = connect(args.dsn) if args.dsn else connect()
@@ -107,11 +118,14 @@ def main() -> None:
             if len(keep) == len(names) and label != "all features":
                 continue                                        # a group this SKB's features do not have
             usable = [r for r in fit_rows if len(r[1])]
-            data = lightgbm.Dataset(np.vstack([r[2][:, keep] for r in usable]), np.concatenate([r[3] for r in usable]),
-                                    group=[len(r[1]) for r in usable])
+            matrix = (lambda X: relative(X[:, keep])) if args.relative else (lambda X: X[:, keep])
+            data = lightgbm.Dataset(np.vstack([matrix(r[2]) for r in usable]), np.concatenate([r[3] for r in usable]),
+                                    group=[len(r[1]) for r in usable], free_raw_data=False)
             for rounds in map(int, args.rounds.split(",")):
-                booster = lightgbm.train(params, data, num_boost_round=rounds)
-                scores = [metrics.evaluate(ranked_by(ids, booster.predict(X[:, keep])) if len(ids) else [], q.answer_ids)
+                boosters = [lightgbm.train(params | {"seed": params["seed"] + b}, data, num_boost_round=rounds)
+                            for b in range(args.bag)]
+                scores = [metrics.evaluate(ranked_by(ids, np.mean([b.predict(matrix(X)) for b in boosters], axis=0))
+                                           if len(ids) else [], q.answer_ids)
                           for q, ids, X, _ in held_rows]
                 table.append({"seed": seed, "variant": label, "rounds": rounds, "held": len(held_rows)}
                              | {m: round(float(np.mean([s[m] for s in scores])), 3) for m in ("hit@1", "mrr")})
