@@ -186,3 +186,21 @@ def test_a_table_small_enough_for_a_sequential_scan_still_ranks_through_the_inde
     assert dict(top(conn, skb_id, "description", "pain relief", "sql"))
     assert [n for n, _ in top(conn, skb_id, "*", "pain relief", "textsearch")] == [1]
     assert conn.execute("show enable_seqscan").fetchone()[0] == "on"     # only the function's statement
+
+
+def test_a_scope_without_an_index_gives_one_error_whichever_function_needs_the_index(conn, ibd):
+    """stark.bm25_engine (engine textsearch) and stark.bm25_index_scan both go through
+    stark.bm25_index_required: the same message and the same SQLSTATE (22023, invalid_parameter_value;
+    the scan gave P0001 before migration 0029), for an unknown scope and for an SKB without indexes."""
+    calls = {"engine": "select stark.bm25_engine(%s, %s, 'textsearch')",
+             "scan": "select * from stark.bm25_index_scan(%s, %s, 'crohn disease', 10)",
+             "top": "select * from stark.bm25_top(%s, %s, 'crohn disease', 10, 1.2, 0.75, 'textsearch')"}
+    for skb_id, scope in ((ibd, "no such field"), (ibd + 1000, "*"), (None, "*")):
+        messages = set()
+        for name, sql in calls.items():
+            with pytest.raises(psycopg.errors.InvalidParameterValue, match="has no pg_textsearch index") as caught:
+                conn.execute(sql, (skb_id, scope))
+            messages.add(caught.value.diag.message_primary)
+        assert len(messages) == 1, messages
+    assert conn.execute("select stark.bm25_index_required(%s, '*')::text", (ibd,)).fetchone()[0].endswith(
+        conn.execute("select stark.bm25_index(%s, '*')", (ibd,)).fetchone()[0])

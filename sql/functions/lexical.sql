@@ -267,9 +267,7 @@ begin
         return 'sql';
     end if;
     if idx is null then
-        raise exception 'scope % of SKB % has no pg_textsearch index', quote_literal(scope), skb
-            using errcode = 'invalid_parameter_value',
-                  hint = 'run `stark-pg index` on a server with pg_textsearch, or use engine sql';
+        perform stark.bm25_index_required(skb, scope);          -- raises: the scope has no index
     end if;
     raise exception 'the pg_textsearch index of scope % was built with %, not k1=% b=%', quote_literal(scope),
         array_to_string(settings, ' '), k1, b
@@ -278,6 +276,26 @@ end
 $$;
 comment on function stark.bm25_engine(int, text, text, double precision, double precision) is
     'Which BM25 engine (textsearch or sql) a ranked search of one scope uses for the requested engine, k1 and b.';
+
+-- The pg_textsearch index of one lexical scope, or an error saying that the scope has none (one
+-- message for every caller that needs the index: stark.bm25_engine with engine textsearch,
+-- stark.bm25_index_scan).
+create or replace function stark.bm25_index_required(skb int, scope text) returns regclass
+language plpgsql stable as $$
+declare
+    idx regclass := to_regclass('stark.' || quote_ident(stark.bm25_index(skb, scope)));
+begin
+    if idx is null then
+        raise exception 'scope % of SKB % has no pg_textsearch index', coalesce(quote_literal(scope), 'NULL'),
+                        coalesce(skb::text, 'NULL')
+            using errcode = 'invalid_parameter_value',
+                  hint = 'run `stark-pg index` on a server with pg_textsearch, or use engine sql';
+    end if;
+    return idx;
+end
+$$;
+comment on function stark.bm25_index_required(int, text) is
+    'Internal: the pg_textsearch index of one lexical scope (by skb_id), or an error naming the scope.';
 
 -- The top k of one scope through its pg_textsearch index, with the score the index scan computed
 -- (bm25_get_current_score(): negative, as the index orders ascending, and including Okapi's k1 + 1).
@@ -290,18 +308,12 @@ comment on function stark.bm25_engine(int, text, text, double precision, double 
 create or replace function stark.bm25_index_scan(skb int, target_scope text, query text, k int)
 returns table (node_id bigint, index_score double precision)
 language plpgsql stable set enable_seqscan = off as $$
-declare
-    tbl text := stark.bm25_table(skb, target_scope);
 begin
-    if to_regclass(format('stark.%I', tbl)) is null then
-        raise exception 'scope % of SKB % has no pg_textsearch index', coalesce(quote_literal(target_scope), 'NULL'),
-                        coalesce(skb::text, 'NULL')
-            using hint = 'run `stark-pg index` on a server with pg_textsearch, or use engine sql';
-    end if;
+    perform stark.bm25_index_required(skb, target_scope);
     return query execute format(
         'select t.node_id, bm25_get_current_score()::double precision from stark.%I t
          order by t.body <@> to_bm25query(%L, %L) limit $1',
-        tbl, coalesce(query, ''), 'stark.' || stark.bm25_index(skb, target_scope))
+        stark.bm25_table(skb, target_scope), coalesce(query, ''), 'stark.' || stark.bm25_index(skb, target_scope))
         using greatest(k, 0);
 end
 $$;
