@@ -230,6 +230,8 @@ def test_diskann_index_where_vectorscale_exists(conn, data):
     assert vector_index_name(doc_table(conn), skb) not in indexes            # the HNSW index it replaced is gone
     assert indexes[name][:2] == ("diskann", "vector_cosine_ops")
     assert f"WHERE (skb_id = {skb})" in indexes[name][3]
+    assert sorted(conn.execute("select unnest(reloptions) from pg_class where relname = %s", (name,)).fetchall()) == [
+        ("num_neighbors=50",), ("search_list_size=100",)]                  # pgvectorscale's defaults, written out
     assert conn.execute("select method from stark.vector_index(%s, %s)", (doc_table(conn), skb)).fetchone()[0] == "diskann"
     before = index_scans(conn, name)
     found = [[r[0] for r in search(conn, q, ef=200)] for q in queries_]

@@ -37,9 +37,12 @@ create index if not exists {index} on {table} using hnsw ((vec::halfvec({dim})) 
     with (m = {m}, ef_construction = {ef_construction}) where skb_id = {skb};
 
 -- name: create_diskann_index
--- index=diskann (pgvectorscale): its defaults (num_neighbors 50, search_list_size 100, SBQ-compressed
--- memory_optimized layout); searches set diskann.query_search_list_size as HNSW's hnsw.ef_search.
-create index if not exists {index} on {table} using diskann (vec vector_cosine_ops) where skb_id = {skb};
+-- index=diskann (pgvectorscale), SBQ-compressed memory_optimized layout; stark-pg builds with
+-- pgvectorscale's defaults (num_neighbors 50, search_list_size 100: stark_pg.index.dense.DISKANN_BUILD),
+-- benchmarks/vector_benchmark.py with others. Searches set diskann.query_search_list_size as HNSW's
+-- hnsw.ef_search.
+create index if not exists {index} on {table} using diskann (vec vector_cosine_ops)
+    with (num_neighbors = {num_neighbors}, search_list_size = {search_list_size}) where skb_id = {skb};
 
 -- name: delete_gone_documents
 delete from {doc} d

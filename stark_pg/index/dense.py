@@ -75,6 +75,9 @@ def vector_index_name(table: str, skb_id: int, method: str = "hnsw") -> str:
 
 
 VECTOR_INDEXES = ("hnsw", "diskann")
+# DiskANN's build settings: pgvectorscale's own defaults, written out so that the template states them
+# (a 1M-vector build with them runs past 40 minutes on 2 cores: docs/search.md).
+DISKANN_BUILD = {"num_neighbors": 50, "search_list_size": 100}
 STORAGES = ("vector", "halfvec")
 
 
@@ -392,7 +395,7 @@ def _build_indexes(conn, tables: ModelTables, skb_id: int, multi_vector: bool, w
                            "create_hnsw_halfvec_index" if wanted.storage == "halfvec" else "create_hnsw_index")
                 conn.execute(statement(section, tables, index=pgsql.Identifier(name),
                                        table=pgsql.Identifier("stark", table), skb=skb_id, m=wanted.m,
-                                       ef_construction=wanted.ef_construction))
+                                       ef_construction=wanted.ef_construction, **DISKANN_BUILD))
             built.append(name)
             stage.advance()
     return built
