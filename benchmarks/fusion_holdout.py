@@ -4,6 +4,8 @@ Run by hand (figures in docs/fusion.md, "How far cross-validation can be trusted
     python benchmarks/fusion_holdout.py stark-prime-ibd --seed 1 [--seed 2 ...] [--rounds 100,200]
     python benchmarks/fusion_holdout.py stark-prime-ibd --seed 1 --seed 2 --no-groups --param num_leaves=7
     python benchmarks/fusion_holdout.py stark-prime-ibd --seed 3 --seed 4 --no-groups --bag 5 --features DIR
+    python benchmarks/fusion_holdout.py stark-prime-ibd --seed 1 --no-groups --features DIR \
+        --extra-train ../shared/data/stark-qa/primekg      # also fit on STaRK's partly-inside training questions
 
 Why: `stark-pg train fusion` chooses its rounds by k-fold cross-validation over features computed once
 for all training questions, so a held-out question's neighbour features (type_share, knn_answer) draw
@@ -40,19 +42,33 @@ from stark_pg.train.fusion import (FusionSettings, check_fold_models, cross_fitt
                                    query_features, ranked_by)
 
 
-def holdout_features(conn, skb: str, skb_id: int, seed: int, share: float, model: str,
-                     dense: str | None = None, dense_folds: int = 2):
-    """(fit rows, held rows) of (query, ids, X, y), computed with the held part relabelled; rolled back.
-    With `dense`, trained_dense is cross-fitted over the whole training split, as `train fusion --dense`
-    does: a held-out question, like every other, is scored by the fold model that never saw it."""
-    settings = FusionSettings()
+def held_ids(conn, skb_id: int, seed: int, share: float) -> set[int]:
+    """The seeded `share` of the training split held out."""
     queries = from_split(conn, skb_id, "train").queries
     order = np.random.default_rng(seed).permutation(len(queries))
-    held = {queries[i].query_id for i in order[: int(len(queries) * share)]}
-    vectors = encode([q.body for q in queries], model)
+    return {queries[i].query_id for i in order[: int(len(queries) * share)]}
+
+
+def holdout_features(conn, skb: str, skb_id: int, seed: int, share: float, model: str,
+                     dense: str | None = None, dense_folds: int = 2, pooled: list | None = None):
+    """(fit rows, held rows) of (query, ids, X, y), computed with the held part relabelled; rolled back.
+    With `dense`, trained_dense is cross-fitted over the whole training split, as `train fusion --dense`
+    does: a held-out question, like every other, is scored by the fold model that never saw it.
+    `pooled` questions are added to the training split for the time of the transaction, as if loaded:
+    every question's nearest-question features draw on them too, and they are fitted on."""
+    settings = FusionSettings()
+    queries = from_split(conn, skb_id, "train").queries
+    held = held_ids(conn, skb_id, seed, share)
     fitted = cross_fitted(conn, skb_id, queries, dense, dense_folds) if dense else [None] * len(queries)
+    queries, fitted = queries + list(pooled or []), fitted + [None] * len(pooled or [])
+    vectors = encode([q.body for q in queries], model)
     fit, out = [], []
     with conn.transaction(force_rollback=True):
+        if pooled:
+            with conn.cursor().copy("copy stark.query (skb_id, query_id, split, body, answer_ids) from stdin") as copy:
+                for q in pooled:
+                    copy.write_row((skb_id, q.query_id, "train", q.body, q.answer_ids))
+            embed_split(conn, skb, "train", model)
         conn.execute("update stark.query set split = 'holdout' where skb_id = %s and query_id = any(%s)",
                      (skb_id, list(held)))
         for q, v, f in zip(queries, vectors, fitted):
@@ -60,6 +76,24 @@ def holdout_features(conn, skb: str, skb_id: int, seed: int, share: float, model
             row = (q, ids, X, np.array([n in set(q.answer_ids) for n in ids], float))
             (out if q.query_id in held else fit).append(row)
     return fit, out
+
+
+def extra_features(conn, skb: str, skb_id: int, seed: int, share: float, model: str, extra: list) -> list:
+    """Fit rows for the extra training questions (stark_pg.train.extra_queries), computed with the same
+    part of train relabelled as holdout_features does (rolled back): their nearest-question features
+    draw on the fitted part of train only, like every fitted question's."""
+    settings = FusionSettings()
+    vectors = encode([q.body for q in extra], model)
+    rows = []
+    with conn.transaction(force_rollback=True):
+        conn.execute("update stark.query set split = 'holdout' where skb_id = %s and query_id = any(%s)",
+                     (skb_id, list(held_ids(conn, skb_id, seed, share))))
+        for i, (q, v) in enumerate(zip(extra, vectors)):
+            ids, X = query_features(conn, skb, q.body, v, settings, model)
+            rows.append((q, ids, X, np.array([n in set(q.answer_ids) for n in ids], float)))
+            if i % 100 == 99:
+                print(f"seed {seed}: features of {i + 1} of {len(extra)} extra questions", file=sys.stderr, flush=True)
+    return rows
 
 
 def relative(X: np.ndarray) -> np.ndarray:
@@ -90,6 +124,12 @@ def main() -> None:
                         help="score with the mean of N models fitted with seeds seed..seed+N-1 (bagging)")
     parser.add_argument("--relative", action="store_true",
                         help="add each feature minus its best value among the question's candidates")
+    parser.add_argument("--extra-train", default=None, metavar="QA_DIR", type=Path,
+                        help="also fit on the training questions of a STaRK QA directory that the SKB lacks, "
+                             "answers cut to its nodes (stark_pg.train.extra_queries); the held-out part is unchanged")
+    parser.add_argument("--extra-pool", action="store_true",
+                        help="with --extra-train: the extra questions also join the training split that the "
+                             "nearest-question features draw on (as if loaded into the SKB)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     conn = connect(args.dsn) if args.dsn else connect()
@@ -100,18 +140,37 @@ def main() -> None:
         check_fold_models(conn, skb_id, args.skb, args.dense, args.dense_folds)
     names = list(sql().fusion_feature_names(conn, skb=args.skb, model=model, trained_dense=bool(args.dense)))
     params = lightgbm_params(FusionSettings()) | {k: json.loads(v) for k, v in (p.split("=", 1) for p in args.param)}
+    extra = []
+    if args.extra_train:
+        from loaders.stark_qa import StarkQaSource
+        from stark_pg.train.extra_queries import extra_training_queries
+
+        picked = extra_training_queries(conn, skb_id, (q for _, q in StarkQaSource(args.extra_train).queries()))
+        extra = picked.queries
+        print(json.dumps({"extra_train": picked.report}), file=sys.stderr, flush=True)
     table = []
     for seed in args.seed or [1]:
         tag = f"-dense-{args.dense}-{args.dense_folds}" if args.dense else ""
+        tag += f"-pooled{len(extra)}" if args.extra_pool else ""
         cached = Path(args.features) / f"{args.skb}-seed{seed}-share{args.share}{tag}.pkl" if args.features else None
         if cached and cached.exists():
             fit_rows, held_rows = pickle.loads(cached.read_bytes())
         else:
             fit_rows, held_rows = holdout_features(conn, args.skb, skb_id, seed, args.share, model, args.dense,
-                                                   args.dense_folds)
+                                                   args.dense_folds, extra if args.extra_pool else None)
             if cached:
                 cached.parent.mkdir(parents=True, exist_ok=True)
                 cached.write_bytes(pickle.dumps((fit_rows, held_rows)))
+        if extra and not args.extra_pool:
+            cached_extra = (Path(args.features) / f"{args.skb}-seed{seed}-share{args.share}-extra{len(extra)}.pkl"
+                            if args.features else None)
+            if cached_extra and cached_extra.exists():
+                extra_rows = pickle.loads(cached_extra.read_bytes())
+            else:
+                extra_rows = extra_features(conn, args.skb, skb_id, seed, args.share, model, extra)
+                if cached_extra:
+                    cached_extra.write_bytes(pickle.dumps(extra_rows))
+            fit_rows = fit_rows + extra_rows
         groups = list(GROUPS.items()) if args.groups else []
         for label, drop in [("all features", lambda n: False)] + [(f"without {g}", f) for g, f in groups]:
             keep = [i for i, n in enumerate(names) if not drop(n)]
@@ -127,16 +186,18 @@ def main() -> None:
                 scores = [metrics.evaluate(ranked_by(ids, np.mean([b.predict(matrix(X)) for b in boosters], axis=0))
                                            if len(ids) else [], q.answer_ids)
                           for q, ids, X, _ in held_rows]
-                table.append({"seed": seed, "variant": label, "rounds": rounds, "held": len(held_rows)}
+                table.append({"seed": seed, "variant": label, "rounds": rounds, "held": len(held_rows),
+                              "fitted": len(fit_rows)}
                              | {m: round(float(np.mean([s[m] for s in scores])), 3) for m in ("hit@1", "mrr")})
                 print(json.dumps(table[-1]), file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps(table, indent=2))
         return
-    print("| seed | variant | rounds | held-out questions | Hit@1 | MRR |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| seed | variant | rounds | fitted questions | held-out questions | Hit@1 | MRR |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in table:
-        print(f"| {r['seed']} | {r['variant']} | {r['rounds']} | {r['held']} | {r['hit@1']:.3f} | {r['mrr']:.3f} |")
+        print(f"| {r['seed']} | {r['variant']} | {r['rounds']} | {r['fitted']} | {r['held']} | {r['hit@1']:.3f} "
+              f"| {r['mrr']:.3f} |")
 
 
 if __name__ == "__main__":
