@@ -38,6 +38,7 @@ from stark_pg.eval.query_sets import from_split  # noqa: E402
 from stark_pg.resources import queries as sql  # noqa: E402
 from stark_pg.retrieve.focus.answer_type import embed_split  # noqa: E402
 from stark_pg.skb.catalog import require_skb  # noqa: E402
+from stark_pg.train.extra_queries import read_extra_training_queries  # noqa: E402
 from stark_pg.train.fusion import (FusionSettings, check_fold_models, cross_fitted, lightgbm_params,  # noqa: E402
                                    query_features, ranked_by)
 
@@ -142,10 +143,7 @@ def main() -> None:
     params = lightgbm_params(FusionSettings()) | {k: json.loads(v) for k, v in (p.split("=", 1) for p in args.param)}
     extra = []
     if args.extra_train:
-        from loaders.stark_qa import StarkQaSource
-        from stark_pg.train.extra_queries import extra_training_queries
-
-        picked = extra_training_queries(conn, skb_id, (q for _, q in StarkQaSource(args.extra_train).queries()))
+        picked = read_extra_training_queries(conn, skb_id, args.extra_train)
         extra = picked.queries
         print(json.dumps({"extra_train": picked.report}), file=sys.stderr, flush=True)
     table = []

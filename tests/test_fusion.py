@@ -183,3 +183,90 @@ def test_trained_dense_is_cross_fitted_and_equals_its_cosine(trained):
                          "where skb_id = %s and kind = 'dense' and name = 'xf-fold0of2'", (skb_id,))
             with pytest.raises(ValueError, match="was not trained without fold 0 of 2"):
                 check_fold_models(conn, skb_id, SKB, "xf", 2)
+
+
+def _write_qa(folder, rows, splits):
+    """A STaRK QA directory as published: stark_qa.csv (id,query,answer_ids) and split/<name>.index."""
+    import csv
+
+    (folder / "split").mkdir(parents=True)
+    with (folder / "stark_qa.csv").open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["id", "query", "answer_ids"])
+        for query_id, body, answers in rows:
+            writer.writerow([query_id, body, str(list(answers))])
+    for split, ids in splits.items():
+        (folder / "split" / f"{split}.index").write_text("".join(f"{i}\n" for i in ids))
+    return folder
+
+
+def test_extra_training_questions_are_fitted_on_and_never_scored(trained, tmp_path):
+    """`--extra-train`: a QA directory's training questions that the SKB lacks join the fit with their answers
+    cut to the SKB's nodes; its val questions, the SKB's own questions and questions with no answer among its
+    nodes never do, and cross-validation still scores the SKB's own questions only."""
+    from stark_pg.train.extra_queries import read_extra_training_queries
+
+    url, _ = trained
+    with connect(url) as conn:
+        skb_id = conn.execute("select skb_id from stark.skb where name = %s", (SKB,)).fetchone()[0]
+        own = conn.execute("select query_id, body, answer_ids from stark.query where skb_id = %s and split = 'train' "
+                           "order by query_id limit 12", (skb_id,)).fetchall()
+        outside = 1 + conn.execute("select max(node_id) from stark.node where skb_id = %s", (skb_id,)).fetchone()[0]
+        new = [(10_000_000 + i, f"{body} (asked again)", answers + [outside]) for i, (_, body, answers) in enumerate(own)]
+        rows = new + [(20_000_001, "held out by the source", own[0][2]),     # its val split: never taken
+                      (own[1][0], own[1][1], own[1][2]),                      # already in the SKB
+                      (20_000_002, "nothing inside the SKB", [outside])]
+        qa = _write_qa(tmp_path / "qa", rows, {"train": [r[0] for r in new] + [own[1][0], 20_000_002],
+                                               "val": [20_000_001]})
+
+        picked = read_extra_training_queries(conn, skb_id, qa)
+        assert [q.query_id for q in picked.queries] == [r[0] for r in new]
+        assert all(q.answer_ids == list(r[2][:-1]) and q.split == "train" for q, r in zip(picked.queries, new))
+        assert picked.report == {"read": 15, "other_split": 1, "already_in_skb": 1, "no_answer_in_skb": 1,
+                                      "kept": 12, "answers_kept": sum(len(r[2]) for r in own),
+                                      "answers_outside": 13}
+
+        settings = dict(limit=20, rounds=[5], folds=2, min_data_in_leaf=5)
+        plain = train_fusion(conn, SKB, FusionSettings(name="plain", **settings))
+        extra = train_fusion(conn, SKB, FusionSettings(name="extra", extra_train=str(qa), **settings))
+        assert plain["extra_queries"] == 0 and extra["extra_queries"] == 12 and extra["queries"] == 20
+        assert extra["extra_train"]["kept"] == 12
+        stored = load(conn, skb_id, SKB, "extra")
+        assert stored.settings["extra_queries"] == 12 and stored.settings["extra_train"] == str(qa)
+        assert stored.booster_text != load(conn, skb_id, SKB, "plain").booster_text     # the extra rows were fitted
+        assert conn.execute("select count(*) from stark.query where skb_id = %s and query_id >= 10000000",
+                            (skb_id,)).fetchone()[0] == 0                             # read, never stored
+
+        (qa / "split" / "train.index").unlink()
+        (qa / "split" / "val.index").unlink()
+        (qa / "split").rmdir()
+        with pytest.raises(ValueError, match="no split/.*index files"):
+            read_extra_training_queries(conn, skb_id, qa)
+
+    from conftest import cli_runner
+
+    bad = cli_runner(url)("train", "fusion", SKB, "--extra-train", str(tmp_path / "nowhere"), "-q", expect=1)
+    assert "nowhere" in bad.stderr and "stark_qa.csv" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_the_slices_extra_training_questions_come_from_the_full_benchmarks_train_split(ibd_indexed_url):
+    """On the real slice and STaRK-Prime's real QA files: only questions of the source's train split that the
+    slice lacks, each with its answers cut to the slice's nodes; none of the slice's val questions."""
+    from conftest import STARK_QA
+    from stark_pg.train.extra_queries import read_extra_training_queries
+
+    primekg = STARK_QA / "primekg"
+    if not primekg.is_dir():
+        pytest.skip("../shared/data/stark-qa/primekg is not here")
+    train_ids = {int(line) for line in (primekg / "split" / "train.index").read_text().split()}
+    with connect(ibd_indexed_url) as conn:
+        skb_id = conn.execute("select skb_id from stark.skb where name = 'stark-prime-ibd'").fetchone()[0]
+        known = dict(conn.execute("select query_id, split from stark.query where skb_id = %s", (skb_id,)))
+        nodes = {r[0] for r in conn.execute("select node_id from stark.node where skb_id = %s", (skb_id,))}
+        picked = read_extra_training_queries(conn, skb_id, primekg)
+    assert len(picked.queries) > 400 and "val" in set(known.values())
+    assert all(q.query_id in train_ids and q.query_id not in known for q in picked.queries)
+    assert all(q.answer_ids and set(q.answer_ids) <= nodes for q in picked.queries)
+    r = picked.report
+    assert r["read"] == r["other_split"] + r["already_in_skb"] + r["no_answer_in_skb"] + r["kept"]
+    assert r["kept"] == len(picked.queries) and r["answers_kept"] == sum(len(q.answer_ids) for q in picked.queries)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 from rich.table import Table
 
 from stark_pg.cli.common import fail, out, print_json, reporter, state
+from stark_pg.skb.records import LoadError
 
 app = typer.Typer(help="Train a retrieval method's parameters on an SKB's training queries.", no_args_is_help=True)
 
@@ -279,6 +282,12 @@ def fusion(
                                    "(one per fold, each trained with `train dense --fold k/n`): a training question "
                                    "is scored by the model that never saw it, a new one by all of them (mean)."),
     dense_folds: int = typer.Option(2, "--dense-folds", help="n: how many fold models --dense has."),
+    extra_train: Path = typer.Option(None, "--extra-train", metavar="QA_DIR",
+                                     help="Also fit on the training questions of this STaRK QA directory (stark_qa.csv "
+                                          "and split/train.index) that the SKB lacks but whose answers lie partly "
+                                          "among its nodes, answers cut to them: for a slice of a larger KB, e.g. "
+                                          "../shared/data/stark-qa/primekg for stark-prime-ibd. Never their val or test "
+                                          "questions; cross-validation still scores the SKB's own questions only."),
     json_: bool = typer.Option(False, "--json", help="Cross-validation figures and feature importance as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -300,16 +309,17 @@ def fusion(
         fail("--rounds must be positive, --folds and --leaves at least 2, --learning-rate in (0, 1]")
     settings = FusionSettings(name=model_name, model=model, pool=pool, knn=knn, rounds=candidates, folds=folds,
                               leaves=leaves, learning_rate=learning_rate, seed=seed, limit=limit, dense=dense,
-                              dense_folds=dense_folds)
+                              dense_folds=dense_folds, extra_train=str(extra_train) if extra_train else None)
     with state(ctx).connect() as conn:
         try:
             report = train_fusion(conn, name, settings, progress=reporter(quiet or json_))
-        except ValueError as exc:
+        except (ValueError, LoadError) as exc:
             fail(str(exc))
     if json_:
         print_json(report)
         return
-    table = Table(title=f"fusion model {report['name']!r} on {name}: {report['queries']} training queries, "
+    extra = f" (+{report['extra_queries']} from --extra-train)" if report["extra_queries"] else ""
+    table = Table(title=f"fusion model {report['name']!r} on {name}: {report['queries']} training queries{extra}, "
                         f"{report['features']} features, {report['seconds']:.0f} s", title_justify="left")
     for column in ("rounds", "CV Hit@1", "CV MRR", "chosen"):
         table.add_column(column)

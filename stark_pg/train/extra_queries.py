@@ -5,7 +5,8 @@ Why: a slice such as `stark-prime-ibd` keeps only the questions whose answers al
 training questions of STaRK-Prime's 6,162). Another 549 training questions have some of their
 answers inside it. Their other answers are not candidates here at all, so, cut to the slice, each is
 a correct ranking example: these answers above every other node of the slice. A learned ranker
-(`stark-pg train fusion --extra-train`) fits on them beside the SKB's own training questions.
+(`stark-pg train fusion --extra-train QA_DIR`) fits on them beside the SKB's own training questions;
+they are never scored in its cross-validation, which judges on the SKB's own questions only.
 
 Only questions of the source's `train` split are taken, never one whose id the SKB already holds
 (in any split), so validation and test questions cannot come in this way. They are not loaded into
@@ -16,6 +17,7 @@ training split, exactly as they do for a validation question.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Iterable
 
 import psycopg
@@ -55,3 +57,14 @@ def extra_training_queries(conn: psycopg.Connection, skb_id: int, source: Iterab
         counts["answers_kept"] += len(inside)
         kept.append(replace(query, answer_ids=inside))
     return ExtraQueries(kept, counts)
+
+
+def read_extra_training_queries(conn: psycopg.Connection, skb_id: int, path: Path | str) -> ExtraQueries:
+    """`extra_training_queries` of a STaRK QA directory (`stark_qa.csv` and `split/train.index`)."""
+    from loaders.stark_qa import StarkQaSource
+
+    source = StarkQaSource(Path(path))
+    if source.split_of is None:
+        raise ValueError(f"{path}: no split/*.index files beside {source.csv.name}, so its training questions "
+                         "cannot be told from its validation and test questions")
+    return extra_training_queries(conn, skb_id, (q for _, q in source.queries()))

@@ -25,6 +25,7 @@ from stark_pg.resources import queries as sql
 from stark_pg.retrieve.focus.answer_type import embed_split
 from stark_pg.skb.catalog import require_skb
 from stark_pg.train.dense import FOLD_SEED
+from stark_pg.train.extra_queries import ExtraQueries, read_extra_training_queries
 from stark_pg.train.fusion_model import FusionModel, compile_sql, save
 
 
@@ -44,6 +45,7 @@ class FusionSettings:
     limit: int | None = None          # only the first N training queries (a quick run)
     dense: str | None = None          # cross-fitted dense models NAME-fold<k>of<n> (`train dense --fold k/n`)
     dense_folds: int = 2              # n: how many of them
+    extra_train: str | None = None    # a STaRK QA directory: also fit on its training questions the SKB lacks
 
 
 @dataclass
@@ -122,24 +124,29 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
     progress = progress or NullReporter()
     started = time.perf_counter()
     skb_id = require_skb(conn, skb)
+    extra = ExtraQueries([])
+    if settings.extra_train:
+        extra = read_extra_training_queries(conn, skb_id, settings.extra_train)
+        if not extra.queries:
+            raise ValueError(f"--extra-train {settings.extra_train}: no training question there that SKB {skb!r} "
+                             f"lacks has an answer among its nodes ({extra.report})")
     model = canonical_name(settings.model)
     embed_split(conn, skb, "train", model)        # the neighbours of type_share and knn_answer
     queries = from_split(conn, skb_id, "train").queries[:settings.limit]
     if len(queries) < settings.folds * 2:
         raise ValueError(f"{len(queries)} training queries are too few for {settings.folds}-fold cross-validation")
-    if settings.dense:
-        check_fold_models(conn, skb_id, skb, settings.dense, settings.dense_folds)
+    fold_dense = check_fold_models(conn, skb_id, skb, settings.dense, settings.dense_folds) if settings.dense else []
     names = list(sql().fusion_feature_names(conn, skb=skb, model=model, trained_dense=bool(settings.dense)))
     vectors = encode([q.body for q in queries], model)
     dense = (cross_fitted(conn, skb_id, queries, settings.dense, settings.dense_folds) if settings.dense
              else [None] * len(queries))
-    data: list[QueryFeatures] = []
-    with progress.stage("features (train queries)", total=len(queries)) as stage:
-        for query, vector, fitted in zip(queries, vectors, dense):
-            node_ids, X = query_features(conn, skb, query.body, vector, settings, model, fitted)
-            answers = set(query.answer_ids)
-            data.append(QueryFeatures(query.query_id, node_ids, X, np.array([n in answers for n in node_ids], float)))
-            stage.advance()
+    data = _featured(conn, skb, queries, vectors, dense, settings, model, progress, "features (train queries)")
+    # fitted on, never scored: cross-validation judges on the SKB's own questions only. No fold model of
+    # trained_dense saw them, so they are new questions to it: the mean of all of them, as in search.
+    extra_vectors = encode([q.body for q in extra.queries], model) if extra.queries else []
+    extra_dense = [search_dense(q.body, fold_dense) if fold_dense else None for q in extra.queries]
+    extra_data = _featured(conn, skb, extra.queries, extra_vectors, extra_dense, settings, model, progress,
+                           "features (extra training questions)")
     featured = time.perf_counter()
     params = lightgbm_params(settings)
 
@@ -157,21 +164,36 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
             scores = []
             for k, held in enumerate(folds):
                 rest = [data[i] for j, f in enumerate(folds) if j != k for i in f]
-                booster = fit(rest, rounds)
+                booster = fit(rest + extra_data, rounds)
                 scores += [_query_metrics(booster, data[i], queries[i].answer_ids) for i in held]
                 stage.advance()
             cv[str(rounds)] = {m: round(float(np.mean([s[m] for s in scores])), 4) for m in ("hit@1", "mrr")}
     best = max(settings.rounds, key=lambda r: (cv[str(r)]["mrr"], -r))
-    booster = fit(data, best)
+    booster = fit(data + extra_data, best)
     gains = booster.feature_importance("gain")
     importance = {n: round(float(g), 2) for n, g in sorted(zip(names, gains), key=lambda x: -x[1])}
     fusion = FusionModel(settings.name, model, names, booster.model_to_string(), compile_sql(booster),
-                         asdict(settings) | {"chosen_rounds": best, "queries": len(data)},
+                         asdict(settings) | {"chosen_rounds": best, "queries": len(data),
+                                             "extra_queries": len(extra_data)},
                          {"cv": cv, "chosen_rounds": best}, importance)
     save(conn, skb_id, fusion)
-    return {"name": settings.name, "queries": len(data), "features": len(names), "cv": cv, "chosen_rounds": best,
+    return {"name": settings.name, "queries": len(data), "extra_queries": len(extra_data),
+            "extra_train": extra.report or None, "features": len(names), "cv": cv, "chosen_rounds": best,
             "importance": dict(list(importance.items())[:10]),
             "feature_seconds": round(featured - started, 1), "seconds": round(time.perf_counter() - started, 1)}
+
+
+def _featured(conn: psycopg.Connection, skb: str, queries: list, vectors, dense: list, settings: FusionSettings,
+              model: str, progress: Reporter, label: str) -> list[QueryFeatures]:
+    """Each query's candidates, features and labels (1 for its answers)."""
+    data: list[QueryFeatures] = []
+    with progress.stage(label, total=len(queries)) as stage:
+        for query, vector, fitted in zip(queries, vectors, dense):
+            node_ids, X = query_features(conn, skb, query.body, vector, settings, model, fitted)
+            answers = set(query.answer_ids)
+            data.append(QueryFeatures(query.query_id, node_ids, X, np.array([n in answers for n in node_ids], float)))
+            stage.advance()
+    return data
 
 
 def lightgbm_params(settings: FusionSettings) -> dict:
