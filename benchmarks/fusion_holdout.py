@@ -128,6 +128,8 @@ def main() -> None:
     parser.add_argument("--extra-train", default=None, metavar="QA_DIR", type=Path,
                         help="also fit on the training questions of a STaRK QA directory that the SKB lacks, "
                              "answers cut to its nodes (stark_pg.train.extra_queries); the held-out part is unchanged")
+    parser.add_argument("--extra-min-share", type=float, default=0.0, metavar="S",
+                        help="with --extra-train: only questions with at least this share of their answers in the SKB")
     parser.add_argument("--extra-pool", action="store_true",
                         help="with --extra-train: the extra questions also join the training split that the "
                              "nearest-question features draw on (as if loaded into the SKB)")
@@ -143,7 +145,7 @@ def main() -> None:
     params = lightgbm_params(FusionSettings()) | {k: json.loads(v) for k, v in (p.split("=", 1) for p in args.param)}
     extra = []
     if args.extra_train:
-        picked = read_extra_training_queries(conn, skb_id, args.extra_train)
+        picked = read_extra_training_queries(conn, skb_id, args.extra_train, args.extra_min_share)
         extra = picked.queries
         print(json.dumps({"extra_train": picked.report}), file=sys.stderr, flush=True)
     table = []

@@ -223,8 +223,12 @@ def test_extra_training_questions_are_fitted_on_and_never_scored(trained, tmp_pa
         assert [q.query_id for q in picked.queries] == [r[0] for r in new]
         assert all(q.answer_ids == list(r[2][:-1]) and q.split == "train" for q, r in zip(picked.queries, new))
         assert picked.report == {"read": 15, "other_split": 1, "already_in_skb": 1, "no_answer_in_skb": 1,
-                                      "kept": 12, "answers_kept": sum(len(r[2]) for r in own),
-                                      "answers_outside": 13}
+                                 "too_few_inside": 0, "kept": 12, "answers_kept": sum(len(r[2]) for r in own),
+                                 "answers_outside": 12}
+        # each new question has one answer outside: n of n + 1 inside
+        assert read_extra_training_queries(conn, skb_id, qa, min_share=1.0).report["too_few_inside"] == 12
+        most = read_extra_training_queries(conn, skb_id, qa, min_share=0.75)
+        assert [q.query_id for q in most.queries] == [r[0] for r in new if len(r[2]) - 1 >= 0.75 * len(r[2])]
 
         settings = dict(limit=20, rounds=[5], folds=2, min_data_in_leaf=5)
         plain = train_fusion(conn, SKB, FusionSettings(name="plain", **settings))

@@ -32,12 +32,13 @@ class ExtraQueries:
 
 
 def extra_training_queries(conn: psycopg.Connection, skb_id: int, source: Iterable[Query],
-                           split: str = "train") -> ExtraQueries:
+                           split: str = "train", min_share: float = 0.0) -> ExtraQueries:
     """The `split` questions of `source` that the SKB does not hold, with answers cut to its nodes
-    (those left with none are dropped). The report counts what was read and why each was left out."""
+    (those left with none, or with less than `min_share` of their answers inside, are dropped). The
+    report counts what was read and why each was left out."""
     known = {r[0] for r in conn.execute("select query_id from stark.query where skb_id = %s", (skb_id,))}
     nodes = {r[0] for r in conn.execute("select node_id from stark.node where skb_id = %s", (skb_id,))}
-    counts = {"read": 0, "other_split": 0, "already_in_skb": 0, "no_answer_in_skb": 0, "kept": 0,
+    counts = {"read": 0, "other_split": 0, "already_in_skb": 0, "no_answer_in_skb": 0, "too_few_inside": 0, "kept": 0,
               "answers_kept": 0, "answers_outside": 0}
     kept: list[Query] = []
     for query in source:
@@ -49,17 +50,21 @@ def extra_training_queries(conn: psycopg.Connection, skb_id: int, source: Iterab
             counts["already_in_skb"] += 1
             continue
         inside = [a for a in query.answer_ids if a in nodes]
-        counts["answers_outside"] += len(query.answer_ids) - len(inside)
         if not inside:
             counts["no_answer_in_skb"] += 1
             continue
+        if len(inside) < min_share * len(query.answer_ids):
+            counts["too_few_inside"] += 1
+            continue
+        counts["answers_outside"] += len(query.answer_ids) - len(inside)
         counts["kept"] += 1
         counts["answers_kept"] += len(inside)
         kept.append(replace(query, answer_ids=inside))
     return ExtraQueries(kept, counts)
 
 
-def read_extra_training_queries(conn: psycopg.Connection, skb_id: int, path: Path | str) -> ExtraQueries:
+def read_extra_training_queries(conn: psycopg.Connection, skb_id: int, path: Path | str,
+                                min_share: float = 0.0) -> ExtraQueries:
     """`extra_training_queries` of a STaRK QA directory (`stark_qa.csv` and `split/train.index`)."""
     from loaders.stark_qa import StarkQaSource
 
@@ -67,4 +72,4 @@ def read_extra_training_queries(conn: psycopg.Connection, skb_id: int, path: Pat
     if source.split_of is None:
         raise ValueError(f"{path}: no split/*.index files beside {source.csv.name}, so its training questions "
                          "cannot be told from its validation and test questions")
-    return extra_training_queries(conn, skb_id, (q for _, q in source.queries()))
+    return extra_training_queries(conn, skb_id, (q for _, q in source.queries()), min_share=min_share)
