@@ -288,6 +288,9 @@ def fusion(
                                           "among its nodes, answers cut to them: for a slice of a larger KB, e.g. "
                                           "../shared/data/stark-qa/primekg for stark-prime-ibd. Never their val or test "
                                           "questions; cross-validation still scores the SKB's own questions only."),
+    extra_min_share: float = typer.Option(0.0, "--extra-min-share", min=0.0, max=1.0, metavar="S",
+                                          help="With --extra-train: only questions with at least this share of "
+                                               "their answers among the SKB's nodes."),
     json_: bool = typer.Option(False, "--json", help="Cross-validation figures and feature importance as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -309,7 +312,8 @@ def fusion(
         fail("--rounds must be positive, --folds and --leaves at least 2, --learning-rate in (0, 1]")
     settings = FusionSettings(name=model_name, model=model, pool=pool, knn=knn, rounds=candidates, folds=folds,
                               leaves=leaves, learning_rate=learning_rate, seed=seed, limit=limit, dense=dense,
-                              dense_folds=dense_folds, extra_train=str(extra_train) if extra_train else None)
+                              dense_folds=dense_folds, extra_train=str(extra_train) if extra_train else None,
+                              extra_min_share=extra_min_share)
     with state(ctx).connect() as conn:
         try:
             report = train_fusion(conn, name, settings, progress=reporter(quiet or json_))

@@ -46,6 +46,7 @@ class FusionSettings:
     dense: str | None = None          # cross-fitted dense models NAME-fold<k>of<n> (`train dense --fold k/n`)
     dense_folds: int = 2              # n: how many of them
     extra_train: str | None = None    # a STaRK QA directory: also fit on its training questions the SKB lacks
+    extra_min_share: float = 0.0      # of those, only questions with at least this share of answers inside
 
 
 @dataclass
@@ -126,7 +127,7 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
     skb_id = require_skb(conn, skb)
     extra = ExtraQueries([])
     if settings.extra_train:
-        extra = read_extra_training_queries(conn, skb_id, settings.extra_train)
+        extra = read_extra_training_queries(conn, skb_id, settings.extra_train, settings.extra_min_share)
         if not extra.queries:
             raise ValueError(f"--extra-train {settings.extra_train}: no training question there that SKB {skb!r} "
                              f"lacks has an answer among its nodes ({extra.report})")
