@@ -14,6 +14,7 @@ from stark_pg.cli import methods as methods_commands
 from stark_pg.cli import retrieval as retrieval_commands
 from stark_pg.cli import skb as skb_commands
 from stark_pg.cli import train as train_commands
+from stark_pg.cli import tune as tune_commands
 from stark_pg.cli.common import Context, fail
 
 app = typer.Typer(
@@ -43,6 +44,7 @@ retrieval_commands.register(app)
 methods_commands.register(app)
 evaluate_commands.register(app)
 compare_commands.register(app)
+tune_commands.register(app)
 train_commands.register(app)
 app.add_typer(db_commands.app, name="db")
 app.add_typer(llm_cache_commands.app, name="llm-cache")

@@ -1,0 +1,71 @@
+"""Choosing a method's settings on one split: every combination of a grid of settings evaluated, the
+best by one metric.
+
+Why: a setting chosen on the split that is reported (hybrid's BM25 weight picked on `val`, say) makes
+that split's figures optimistic. `stark-pg tune` evaluates the grid on `train` by default, so that the
+setting it names can then be reported on `val` with `stark-pg eval`. Each point is an ordinary stored
+evaluation run (stark_pg.eval.runner): an interrupted sweep resumes, and `stark-pg compare` can set
+any two points side by side.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import psycopg
+
+from stark_pg.eval.metrics import DEFAULT_METRICS
+from stark_pg.eval.query_sets import QuerySet
+from stark_pg.eval.runner import RunOutcome, run_method
+from stark_pg.eval.session import method_options
+from stark_pg.options import OptionError
+from stark_pg.progress import Reporter
+
+
+@dataclass
+class GridPoint:
+    settings: dict[str, str]       # the grid's KEY: VALUE at this point (as written)
+    outcome: RunOutcome
+
+
+@dataclass
+class Tuning:
+    method: str
+    metric: str
+    points: list[GridPoint]
+    best: GridPoint
+
+
+def parse_grid(entries: list[str]) -> list[dict[str, str]]:
+    """`KEY=V1,V2,...` entries -> every combination as {KEY: V}, in the order written (the first key
+    varies slowest). A key given twice, or one without values, is an error naming the entry."""
+    axes: dict[str, list[str]] = {}
+    for entry in entries:
+        key, eq, values = entry.partition("=")
+        key = key.strip()
+        choices = [v.strip() for v in values.split(",") if v.strip()]
+        if not eq or not key or not choices:
+            raise OptionError(f"--grid {entry!r}: write KEY=V1,V2,... (e.g. weight=0.3,0.5,0.7)")
+        if key in axes:
+            raise OptionError(f"--grid {entry!r}: {key} is given twice; list all its values in one --grid")
+        axes[key] = list(dict.fromkeys(choices))
+    return [dict(zip(axes, combo)) for combo in itertools.product(*axes.values())]
+
+
+def tune(conn: psycopg.Connection, skb_id: int, skb: str, method: str, fixed: list[str], grid: list[str],
+         query_set: QuerySet, metric: str = "mrr", *, depth: int = 1000,
+         progress: Reporter | None = None) -> Tuning:
+    """Evaluate `method` with the `fixed` KEY=VALUE settings plus each point of `grid` on `query_set`;
+    the best point by `metric` (ties: the first in grid order). Every point's settings are checked
+    before any is run, so a bad value fails at once instead of after an hour of sweeping."""
+    if metric not in DEFAULT_METRICS:
+        raise OptionError(f"--metric {metric!r}: one of {', '.join(DEFAULT_METRICS)}")
+    points = parse_grid(grid)
+    options = [method_options([method], list(fixed) + [f"{k}={v}" for k, v in p.items()])[method] for p in points]
+    done = []
+    for point, opts in zip(points, options):
+        done.append(GridPoint(point, run_method(conn, skb_id, skb, method, opts, query_set, depth=depth,
+                                                progress=progress)))
+    best = max(done, key=lambda p: (p.outcome.summary["metrics"][metric], -done.index(p)))
+    return Tuning(method, metric, done, best)
