@@ -50,6 +50,20 @@ def held_ids(conn, skb_id: int, seed: int, share: float) -> set[int]:
     return {queries[i].query_id for i in order[: int(len(queries) * share)]}
 
 
+def relabel_held(conn, skb_id: int, held: set[int]) -> None:
+    """Inside the caller's rolled-back transaction: the held-out questions leave the training split, so
+    that no nearest-question feature draws on them."""
+    conn.execute("update stark.query set split = 'holdout' where skb_id = %s and query_id = any(%s)",
+                 (skb_id, list(held)))
+
+
+def feature_row(conn, skb: str, q, vector, settings: FusionSettings, model: str, dense=None) -> tuple:
+    """(query, candidate ids, features, labels): one question's row, as `train fusion` computes it."""
+    ids, X = query_features(conn, skb, q.body, vector, settings, model, dense)
+    answers = set(q.answer_ids)
+    return q, ids, X, np.array([n in answers for n in ids], float)
+
+
 def holdout_features(conn, skb: str, skb_id: int, seed: int, share: float, model: str,
                      dense: str | None = None, dense_folds: int = 2, pooled: list | None = None):
     """(fit rows, held rows) of (query, ids, X, y), computed with the held part relabelled; rolled back.
@@ -70,12 +84,9 @@ def holdout_features(conn, skb: str, skb_id: int, seed: int, share: float, model
                 for q in pooled:
                     copy.write_row((skb_id, q.query_id, "train", q.body, q.answer_ids))
             embed_split(conn, skb, "train", model)
-        conn.execute("update stark.query set split = 'holdout' where skb_id = %s and query_id = any(%s)",
-                     (skb_id, list(held)))
+        relabel_held(conn, skb_id, held)
         for q, v, f in zip(queries, vectors, fitted):
-            ids, X = query_features(conn, skb, q.body, v, settings, model, f)
-            row = (q, ids, X, np.array([n in set(q.answer_ids) for n in ids], float))
-            (out if q.query_id in held else fit).append(row)
+            (out if q.query_id in held else fit).append(feature_row(conn, skb, q, v, settings, model, f))
     return fit, out
 
 
@@ -87,11 +98,9 @@ def extra_features(conn, skb: str, skb_id: int, seed: int, share: float, model: 
     vectors = encode([q.body for q in extra], model)
     rows = []
     with conn.transaction(force_rollback=True):
-        conn.execute("update stark.query set split = 'holdout' where skb_id = %s and query_id = any(%s)",
-                     (skb_id, list(held_ids(conn, skb_id, seed, share))))
+        relabel_held(conn, skb_id, held_ids(conn, skb_id, seed, share))
         for i, (q, v) in enumerate(zip(extra, vectors)):
-            ids, X = query_features(conn, skb, q.body, v, settings, model)
-            rows.append((q, ids, X, np.array([n in set(q.answer_ids) for n in ids], float)))
+            rows.append(feature_row(conn, skb, q, v, settings, model))
             if i % 100 == 99:
                 print(f"seed {seed}: features of {i + 1} of {len(extra)} extra questions", file=sys.stderr, flush=True)
     return rows
