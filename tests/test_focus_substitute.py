@@ -161,6 +161,54 @@ def test_the_typed_link_summary_counts_every_edge(conn):
     assert build_graph_summary(conn, "synthetic-focus", rebuild=True)["built"]
 
 
+def one_way_edges(conn, skb_id: int) -> int:
+    """Edges whose reverse (same relation, ends swapped) is not stored, counted in Python."""
+    edges = conn.execute("select src, relation, dst from stark.edge where skb_id = %s", (skb_id,)).fetchall()
+    stored = set(edges)
+    return sum((dst, relation, src) not in stored for src, relation, dst in edges)
+
+
+def test_edge_symmetry_counts_edges_without_their_reverse(conn):
+    """stark.edge_symmetry equals a count in Python: 0 for the generator's graphs (every edge stored
+    both ways, as PrimeKG stores them), the number of edges removed from one direction otherwise; a
+    summary built before the symmetry existed (an SKB indexed before migration 0030) gets it at the
+    next build, which says it built something."""
+    from loaders.synthetic import SyntheticSource
+    from stark_pg.index.graph import build_graph_summary
+    from stark_pg.skb.store import load_skb
+
+    load_skb(conn, SyntheticSource(nodes=600, seed=4, edges_per_node=6), "synthetic-focus")
+    skb_id = conn.execute("select stark.skb_id('synthetic-focus')").fetchone()[0]
+    report = build_graph_summary(conn, "synthetic-focus")
+    assert report["one_way_edges"] == 0 == one_way_edges(conn, skb_id)
+    assert conn.execute("select edges from stark.edge_symmetry where skb_id = %s",
+                        (skb_id,)).fetchone()[0] == conn.execute(
+        "select count(*) from stark.edge where skb_id = %s", (skb_id,)).fetchone()[0]
+    removed = conn.execute("delete from stark.edge where skb_id = %s and src < dst and (src + dst) %% 5 = 0",
+                           (skb_id,)).rowcount
+    assert removed > 0
+    conn.execute("delete from stark.edge_symmetry where skb_id = %s", (skb_id,))
+    again = build_graph_summary(conn, "synthetic-focus")
+    assert again["built"] and again["one_way_edges"] == removed == one_way_edges(conn, skb_id)
+
+
+@pytest.mark.parametrize("summary", [False, True], ids=["edges", "typed-link summary"])
+def test_sql_matches_reference_with_one_way_edges(conn, summary):
+    """A graph where some edges are stored one way only is not read as symmetric: the sets still
+    equal the reference's, directed or not, with and without the summary."""
+    from loaders.synthetic import SyntheticSource
+    from stark_pg.index.graph import build_graph_summary
+    from stark_pg.skb.store import load_skb
+
+    load_skb(conn, SyntheticSource(nodes=1500, seed=6, edges_per_node=8), "synthetic-focus")
+    skb_id = conn.execute("select stark.skb_id('synthetic-focus')").fetchone()[0]
+    assert conn.execute("delete from stark.edge where skb_id = %s and src < dst and (src + dst) %% 3 = 0",
+                        (skb_id,)).rowcount > 0
+    if summary:
+        assert build_graph_summary(conn, "synthetic-focus")["one_way_edges"] > 0
+    assert check_many(conn, "synthetic-focus", 120, seed=6) > 40
+
+
 def test_hand_checked_example(ibd_indexed_url):
     """Drugs that target a gene which interacts with a biological process SMAD3 interacts with:
     three variables, one constant, checked against a join written by hand."""

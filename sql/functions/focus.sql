@@ -67,8 +67,10 @@ comment on function stark.focus_name_candidates(text, text, int) is
 -- variable-variable triplets are applied round after round until a whole round changes no set: the
 -- largest arc-consistent candidate sets, which are the same whatever order the triplets are applied in.
 -- Edges: either direction (directed => false, the default: LLMs often reverse a relation, and PrimeKG
--- stores each edge both ways anyway) or head -> tail only. Relations: the triplet's relation only
--- (respect_relations => true) or any relation (the paper's setting).
+-- stores each edge both ways anyway) or head -> tail only; where the SKB stores every edge both ways
+-- (stark.edge_symmetry, built by `stark-pg index`), either direction is read as outgoing edges alone,
+-- the same sets from half the edges. Relations: the triplet's relation only (respect_relations =>
+-- true) or any relation (the paper's setting).
 --
 -- A set nothing has narrowed yet stays symbolic ("every node of the type") and is read from stark.node
 -- when a triplet needs it, so an unconstrained variable costs nothing; sets otherwise live in arrays.
@@ -379,8 +381,10 @@ begin
         execute stark.focus_probe_sql(skb, y, x_ids is not null, relation, y_end, cardinality(relations) > 0)
             into result using y.node_ids, x_ids, relation, y.node_type, relations;
     else
-        -- more edges to look up than nodes in y's type: worth the summary's list of that type
-        if y.top and not x.top and x_size * x_degree > 2 * y_size then
+        -- each edge's far end looked up in the node table for its type costs about 16 times what one
+        -- entry of the summary's list of that type costs to read and hash: worth the list once there
+        -- are more than a sixteenth as many edges as nodes in y's type
+        if y.top and not x.top and 16 * x_size * x_degree > y_size then
             linked := stark.focus_linked(skb, y, x.node_type, relation, y_end);
         end if;
         if linked is not null then
@@ -445,6 +449,9 @@ declare
     full_cost double precision;
     inc_cost double precision;
     ends int := case when directed then 1 else 2 end;
+    -- every edge also stored reversed (stark.edge_symmetry): an edge either way between a and b is an
+    -- edge from a to b, so an undirected revision reads the revised set's outgoing edges alone
+    both_ways boolean;
     probe_each double precision;
     n_nodes bigint;
     incremental boolean;
@@ -474,6 +481,10 @@ begin
         select count(*) into degree from stark.edge e where e.skb_id = skb;
     end if;
     degree := degree / greatest(n_nodes, 1);
+    both_ways := not directed and exists (select from stark.edge_symmetry s where s.skb_id = skb and s.one_way = 0);
+    if both_ways then
+        ends := 1;
+    end if;
     -- Constants first: each variable-constant triplet narrows its variable once (constants never change).
     for t in select value from jsonb_array_elements(coalesce(problem -> 'triplets', '[]')) loop
         h := t -> 'head';
@@ -521,7 +532,7 @@ begin
             a_size := cardinality(doms[var_i].node_ids);
         end if;
         new_ids := stark.focus_revise(skb, doms[var_i], a_size, const_dom, const_ids, cardinality(const_ids),
-                                      n_nodes, rel, case when directed then var_end end, degree);
+                                      n_nodes, rel, case when directed then var_end when both_ways then 'src' end, degree);
         doms[var_i].top := false;
         doms[var_i].node_ids := new_ids;
         ver[var_i] := ver[var_i] + 1;
@@ -555,7 +566,8 @@ begin
                     a := case when side = 1 then arc_head[i] else arc_tail[i] end;   -- the set revised
                     b := case when side = 1 then arc_tail[i] else arc_head[i] end;   -- against this one
                     continue when seen_ver[k] = ver[b];
-                    a_end := case when not directed then null when side = 1 then 'src' else 'dst' end;
+                    a_end := case when both_ways then 'src' when not directed then null
+                                  when side = 1 then 'src' else 'dst' end;
                     foreach var_i in array array[a, b] loop
                         if type_size[var_i] is null then
                             select count(*) into old_size from stark.node n

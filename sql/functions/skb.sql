@@ -87,7 +87,8 @@ comment on function stark.drop_orphan_tables(int) is
 -- changed), evaluation runs (history), trained models, query vectors (re-embedded when the query's
 -- text changed: body_md5). Those rows move to the new skb_id; per-SKB indexes (`__skb<id>`) are not
 -- moved: they are rebuilt by the next index build. Nor is the typed-link summary of the old edges
--- (stark.edge_type_link): it describes edges the new version may not have, and goes with the old one.
+-- (stark.edge_type_link) or their symmetry (stark.edge_symmetry): they describe edges the new version
+-- may not have, and go with the old one.
 -- Returns {table: rows moved} for the tables that had any.
 create or replace function stark.carry_over_skb(old_id int, new_id int) returns jsonb
 language plpgsql as $$
@@ -102,7 +103,7 @@ begin
         join pg_namespace ns on ns.oid = t.relnamespace
         join pg_attribute a on a.attrelid = t.oid and a.attname = 'skb_id' and not a.attisdropped
         where ns.nspname = 'stark' and t.relkind = 'r' and not t.relispartition
-          and t.relname not in ('skb', 'node', 'node_field', 'edge', 'query', 'edge_type_link')
+          and t.relname not in ('skb', 'node', 'node_field', 'edge', 'query', 'edge_type_link', 'edge_symmetry')
           and t.relname not like '%\_\_skb%'
         order by t.relname
     loop

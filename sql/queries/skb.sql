@@ -84,9 +84,13 @@ select stark.create_edge_partition(:skb_id);
 select stark.attach_edge_partition(:skb_id);
 
 -- name: build_edge_type_link(skb_name, rebuild)$
--- The typed-link summary of the SKB's graph (stark.edge_type_link); returns its rows. Built once per
--- loaded version unless `rebuild`.
+-- The typed-link summary of the SKB's graph (stark.edge_type_link) and its symmetry
+-- (stark.edge_symmetry); returns the summary's rows. Built once per loaded version unless `rebuild`.
 select stark.edge_type_link_build(:skb_name, :rebuild);
 
 -- name: edge_type_link_rows(skb_id)$
 select count(*) from stark.edge_type_link where skb_id = :skb_id;
+
+-- name: edge_one_way(skb_id)$
+-- How many of the SKB's edges lack their reverse (null: not checked yet; 0: all stored both ways).
+select (select one_way from stark.edge_symmetry where skb_id = :skb_id);

@@ -124,7 +124,9 @@ def index(
     if "graph" in report:
         summary = report["graph"]
         how = f"built in {summary['seconds']:.1f} s" if summary["built"] else "unchanged"
-        out.print(f"graph: typed-link summary, {summary['rows']:,} rows ({how})", highlight=False)
+        both = ("every edge stored both ways" if summary["one_way_edges"] == 0
+                else f"{summary['one_way_edges']:,} edges stored one way only")
+        out.print(f"graph: typed-link summary, {summary['rows']:,} rows; {both} ({how})", highlight=False)
     if "dense" in report:
         dense_report = report["dense"]
         parts = [f"{kind} {c['embedded']:,} embedded, {c['skipped']:,} unchanged, {c['deleted']:,} deleted"

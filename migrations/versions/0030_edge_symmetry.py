@@ -1,0 +1,453 @@
+"""Whether each SKB stores every edge both ways (stark.edge_symmetry, built beside the typed-link
+summary by `stark-pg index` through stark.edge_type_link_build), and 4StepFocus's substitution reading
+it: where every edge is stored both ways, a revision that ignores direction reads the revised set's
+outgoing edges alone. stark.focus_revise gathers through the typed-link summary's list of a type from a
+sixteenth as many edges as the type has nodes (it took twice as many). stark.carry_over_skb leaves the
+symmetry with the version it describes. Re-runs sql/functions/graph.sql, skb.sql and focus.sql.
+
+Revision ID: 0030
+Revises: 0029
+"""
+
+from stark_pg.db.migrate import run_sql_file
+
+revision = "0030"
+down_revision = "0029"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    run_sql_file("schema/0030_edge_symmetry.sql")
+    run_sql_file("functions/graph.sql")
+    run_sql_file("functions/skb.sql")
+    run_sql_file("functions/focus.sql")
+
+
+def downgrade() -> None:
+    """The symmetry table goes; 0029's substitution, summary builder and carry-over come back."""
+    from alembic import op
+
+    execute = op.get_bind().connection.driver_connection.execute
+    execute(PREVIOUS)
+    execute("drop table if exists stark.edge_symmetry")
+
+
+# stark.focus_revise and stark.focus_substitute (sql/functions/focus.sql), stark.edge_type_link_build
+# (sql/functions/graph.sql) and stark.carry_over_skb (sql/functions/skb.sql) as of migration 0029, verbatim
+PREVIOUS = r"""create or replace function stark.focus_revise(skb int, y stark.focus_domain, y_size bigint,
+                                              x stark.focus_domain, x_ids bigint[], x_size bigint,
+                                              nodes bigint, relation text, y_end text,
+                                              degree double precision)
+returns bigint[]
+language plpgsql stable as $$
+declare
+    ends int := case when y_end is null then 2 else 1 end;
+    y_degree double precision := ends * degree;
+    x_degree double precision := ends * degree;
+    probe double precision;
+    gather double precision;
+    sample bigint[];
+    side int;
+    d stark.focus_domain;
+    n bigint;
+    measured double precision;
+    result bigint[];
+    linked bigint[];
+    relations text[];
+    type_size bigint;
+begin
+    if x.top and (y.top or y_size > 64) then
+        linked := stark.focus_linked(skb, y, x.node_type, relation, y_end);
+        if linked is not null then
+            return linked;
+        end if;
+    end if;
+    for side in 1 .. 3 loop
+        probe := y_size * (4 + case when x_ids is null then 1
+                                    else least(y_degree, nodes::float8 / greatest(x_size, 1)) end);
+        gather := case when x.top and x.node_type is null then 'infinity'::float8
+                       else x_size * (3 * x_degree + 4) end;
+        exit when side = 3 or least(probe, gather) < 20000;
+        d := case when side = 1 then y else x end;
+        n := case when side = 1 then y_size else x_size end;
+        if d.top then
+            sample := array(select m.node_id from stark.node m
+                            where m.skb_id = skb and (d.node_type is null or m.type = d.node_type) limit 16);
+        else
+            sample := array(select distinct d.node_ids[(1 + (g * n) / least(n, 16))::int]
+                            from generate_series(0, least(n, 16) - 1) g);
+        end if;
+        -- edges at this side's end of the triplet (y's end for y, the other for x)
+        select (select count(*) from unnest(sample) s(id)
+                join stark.edge e on e.skb_id = skb and e.src = s.id and (focus_revise.relation is null or e.relation = focus_revise.relation)
+                where coalesce(y_end = case when side = 1 then 'src' else 'dst' end, true))
+             + (select count(*) from unnest(sample) s(id)
+                join stark.edge e on e.skb_id = skb and e.dst = s.id and (focus_revise.relation is null or e.relation = focus_revise.relation)
+                where coalesce(y_end = case when side = 1 then 'dst' else 'src' end, true))
+        into measured;
+        if cardinality(sample) > 0 then
+            if side = 1 then y_degree := measured / cardinality(sample); else x_degree := measured / cardinality(sample); end if;
+        end if;
+    end loop;
+    if probe <= gather then
+        if y_size > 1000 then
+            linked := stark.focus_linked(skb, y, x.node_type, relation, y_end);
+            if linked is not null then
+                y.top := false;
+                y.node_ids := linked;
+            end if;
+        end if;
+        if linked is not null and not x.top and x.node_type is not null and y_size > 1000 then
+            select count(*) into type_size from stark.node n where n.skb_id = skb and n.type = x.node_type;
+            if (type_size - x_size) * (3 * x_degree + 4) + type_size + y_size < probe then
+                return stark.focus_complement(skb, y, x, relation, y_end);
+            end if;
+        end if;
+        if relation is null and x.node_type is not null then
+            relations := array(select distinct l.relation from stark.edge_type_link l
+                               where l.skb_id = skb and (y.node_type is null or l.node_type = y.node_type)
+                                 and l.other_type = x.node_type and (y_end is null or l.out = (y_end = 'src')));
+        end if;
+        execute stark.focus_probe_sql(skb, y, x_ids is not null, relation, y_end, cardinality(relations) > 0)
+            into result using y.node_ids, x_ids, relation, y.node_type, relations;
+    else
+        -- more edges to look up than nodes in y's type: worth the summary's list of that type
+        if y.top and not x.top and x_size * x_degree > 2 * y_size then
+            linked := stark.focus_linked(skb, y, x.node_type, relation, y_end);
+        end if;
+        if linked is not null then
+            execute stark.focus_gather_sql(skb, relation, y_end) into result using linked, x.node_ids, relation;
+        else
+            execute stark.focus_revise_sql(skb, y, x, relation, y_end)
+                into result using y.node_ids, x.node_ids, relation, y.node_type, x.node_type;
+        end if;
+    end if;
+    return result;
+end
+$$;
+comment on function stark.focus_revise(int, stark.focus_domain, bigint, stark.focus_domain, bigint[], bigint, bigint, text, text, double precision) is
+    'Internal (4StepFocus): the members of one candidate set with an edge to a member of another, probed or gathered, whichever reads less.';
+
+create or replace function stark.focus_substitute(skb_name text, problem jsonb,
+                                                  respect_relations boolean default false,
+                                                  directed boolean default false, max_rounds int default 1000)
+returns table (variable text, node_type text, unconstrained boolean, size bigint, node_ids bigint[], rounds int)
+language plpgsql stable as $$
+declare
+    skb int := stark.skb_id(skb_name);
+    doms stark.focus_domain[] := '{}';
+    univ stark.focus_domain[] := '{}';     -- each variable's type's nodes (node_ids loaded when first needed)
+    names text[] := '{}';
+    type_size bigint[] := '{}';
+    ver int[] := '{}';                     -- each set's version: bumped whenever it shrinks
+    arc_head int[] := '{}';
+    arc_tail int[] := '{}';
+    arc_rel text[] := '{}';
+    -- per side of a variable-variable triplet (2i-1: head revised against tail, 2i: tail against head):
+    -- the version of the other set it was last revised against, and that set
+    seen_ver int[];
+    seen_dom stark.focus_domain[];
+    degree double precision;
+    v record;
+    t jsonb;
+    h jsonb;
+    tl jsonb;
+    rel text;
+    var_i int;
+    const_ids bigint[];
+    const_dom stark.focus_domain;
+    var_end text;
+    n_rounds int := 0;
+    changed boolean;
+    pass int;
+    i int;
+    k int;
+    k2 int;
+    side int;
+    a int;
+    b int;
+    a_end text;
+    new_ids bigint[];
+    old_ids bigint[];
+    lost bigint[];
+    old_size bigint;
+    a_size bigint;
+    b_size bigint;
+    r_size bigint;
+    full_cost double precision;
+    inc_cost double precision;
+    ends int := case when directed then 1 else 2 end;
+    probe_each double precision;
+    n_nodes bigint;
+    incremental boolean;
+    done boolean[];
+begin
+    if skb is null then
+        raise exception 'no SKB named %', coalesce(quote_literal(skb_name), 'NULL');
+    end if;
+    if problem is null or jsonb_typeof(problem -> 'variables') is distinct from 'object' then
+        raise exception 'focus_substitute: problem must be a JSON object with "variables" (an object) and "triplets"';
+    end if;
+    for v in select key, value from jsonb_each(problem -> 'variables') order by key loop
+        if jsonb_typeof(v.value) not in ('string', 'null') then
+            raise exception 'focus_substitute: the type of variable % must be a string or null, not %', v.key, v.value;
+        end if;
+        names := names || v.key;
+        doms := doms || row(v.key, v.value #>> '{}', true, null)::stark.focus_domain;
+        univ := univ || row(v.key, v.value #>> '{}', true, null)::stark.focus_domain;
+        type_size := type_size || null::bigint;
+        ver := ver || 0;
+    end loop;
+    -- Average edges per node and direction, from the load's counts (or counted, for SKBs loaded without them).
+    select (s.meta -> 'load' ->> 'edges')::float8, (s.meta -> 'load' ->> 'nodes')::bigint
+    into degree, n_nodes from stark.skb s where s.skb_id = skb;
+    if degree is null or n_nodes is null then
+        select count(*) into n_nodes from stark.node n where n.skb_id = skb;
+        select count(*) into degree from stark.edge e where e.skb_id = skb;
+    end if;
+    degree := degree / greatest(n_nodes, 1);
+    -- Constants first: each variable-constant triplet narrows its variable once (constants never change).
+    for t in select value from jsonb_array_elements(coalesce(problem -> 'triplets', '[]')) loop
+        h := t -> 'head';
+        tl := t -> 'tail';
+        rel := case when respect_relations then t ->> 'relation' end;
+        if jsonb_typeof(h) not in ('string', 'array') or jsonb_typeof(tl) not in ('string', 'array') then
+            raise exception 'focus_substitute: a triplet''s head and tail are a variable name or an array of node ids: %', t;
+        end if;
+        foreach side in array array[1, 2] loop
+            if jsonb_typeof(case when side = 1 then h else tl end) <> 'string' then
+                continue;
+            end if;
+            var_i := array_position(names, case when side = 1 then h else tl end #>> '{}');
+            if var_i is null then
+                raise exception 'focus_substitute: triplet % names variable %, which is not among the variables',
+                    t, case when side = 1 then h else tl end;
+            end if;
+        end loop;
+        if jsonb_typeof(h) = 'array' and jsonb_typeof(tl) = 'array' then
+            continue;                                          -- constant-constant: nothing to substitute
+        elsif jsonb_typeof(h) = 'string' and jsonb_typeof(tl) = 'string' then
+            arc_head := arc_head || array_position(names, h #>> '{}');
+            arc_tail := arc_tail || array_position(names, tl #>> '{}');
+            arc_rel := arc_rel || rel;
+            continue;
+        end if;
+        if jsonb_typeof(h) = 'string' then
+            var_i := array_position(names, h #>> '{}');
+            const_ids := array(select distinct jsonb_array_elements_text(tl)::bigint order by 1);
+            var_end := 'src';
+        else
+            var_i := array_position(names, tl #>> '{}');
+            const_ids := array(select distinct jsonb_array_elements_text(h)::bigint order by 1);
+            var_end := 'dst';
+        end if;
+        const_dom := row('constant', null, false, const_ids)::stark.focus_domain;
+        if doms[var_i].top then
+            if type_size[var_i] is null then
+                select count(*) into old_size from stark.node n
+                where n.skb_id = skb and (doms[var_i].node_type is null or n.type = doms[var_i].node_type);
+                type_size[var_i] := old_size;
+            end if;
+            a_size := type_size[var_i];
+        else
+            a_size := cardinality(doms[var_i].node_ids);
+        end if;
+        new_ids := stark.focus_revise(skb, doms[var_i], a_size, const_dom, const_ids, cardinality(const_ids),
+                                      n_nodes, rel, case when directed then var_end end, degree);
+        doms[var_i].top := false;
+        doms[var_i].node_ids := new_ids;
+        ver[var_i] := ver[var_i] + 1;
+    end loop;
+
+    -- Then the variable-variable triplets, round after round, until no set changes. Within a round,
+    -- triplets with a materialised side go first; a triplet between two untouched variables (both
+    -- "every node of the type") is applied last, when one of them may have been narrowed meanwhile.
+    -- A revision whose other set has not changed since it last ran is skipped: it would keep every
+    -- member again. So is the second side of a triplet after the first narrowed its set, if the second
+    -- was last revised against that set as it was before: whatever had an edge to the old set has one
+    -- to the members that kept theirs. And when the other set only lost a few members, just the members
+    -- with an edge to a lost one are checked again. Each gives the set a full revision would, so the
+    -- sets and the rounds are those of applying every triplet in full every round.
+    seen_ver := array_fill(null::int, array[2 * coalesce(array_length(arc_head, 1), 0)]);
+    seen_dom := array_fill(null::stark.focus_domain, array[2 * coalesce(array_length(arc_head, 1), 0)]);
+    loop
+        n_rounds := n_rounds + 1;
+        if n_rounds > max_rounds then
+            raise exception 'focus_substitute: no fixed point after % rounds', max_rounds;
+        end if;
+        changed := false;
+        done := array_fill(false, array[coalesce(array_length(arc_head, 1), 0)]);
+        for pass in 1 .. 2 loop
+            for i in 1 .. coalesce(array_length(arc_head, 1), 0) loop
+                continue when done[i];
+                continue when pass = 1 and doms[arc_head[i]].top and doms[arc_tail[i]].top;
+                done[i] := true;
+                foreach side in array array[1, 2] loop
+                    k := 2 * i - 2 + side;
+                    a := case when side = 1 then arc_head[i] else arc_tail[i] end;   -- the set revised
+                    b := case when side = 1 then arc_tail[i] else arc_head[i] end;   -- against this one
+                    continue when seen_ver[k] = ver[b];
+                    a_end := case when not directed then null when side = 1 then 'src' else 'dst' end;
+                    foreach var_i in array array[a, b] loop
+                        if type_size[var_i] is null then
+                            select count(*) into old_size from stark.node n
+                            where n.skb_id = skb and (doms[var_i].node_type is null or n.type = doms[var_i].node_type);
+                            type_size[var_i] := old_size;
+                        end if;
+                    end loop;
+                    a_size := case when doms[a].top then type_size[a] else cardinality(doms[a].node_ids) end;
+                    b_size := case when doms[b].top then type_size[b] else cardinality(doms[b].node_ids) end;
+                    inc_cost := 'infinity';
+                    if seen_ver[k] is not null then       -- b lost r_size members since a was last revised against it
+                        r_size := case when seen_dom[k].top then type_size[b]
+                                       else cardinality(seen_dom[k].node_ids) end - b_size;
+                        probe_each := 4 + least(ends * degree, n_nodes::float8 / greatest(b_size, 1));
+                        full_cost := least(a_size * probe_each, b_size * ends * (3 * degree + 4));
+                        inc_cost := r_size * ends * (3 * degree + 4) + least(a_size, r_size * ends * degree) * probe_each;
+                    end if;
+                    incremental := coalesce(inc_cost < full_cost, false);
+                    -- the nodes of a top set's type, where a statement needs them as a list
+                    foreach var_i in array array[a, b] loop
+                        if univ[var_i].node_ids is null and doms[var_i].top
+                           and (var_i = b and doms[b].node_type is not null and not incremental
+                                or var_i = a and incremental) then
+                            univ[var_i].node_ids := array(select n.node_id from stark.node n where n.skb_id = skb
+                                and (doms[var_i].node_type is null or n.type = doms[var_i].node_type) order by n.node_id);
+                        end if;
+                    end loop;
+                    if incremental then
+                        if seen_dom[k].top and univ[b].node_ids is null then
+                            univ[b].node_ids := array(select n.node_id from stark.node n where n.skb_id = skb
+                                and (doms[b].node_type is null or n.type = doms[b].node_type) order by n.node_id);
+                        end if;
+                        lost := array(select o from unnest(case when seen_dom[k].top then univ[b].node_ids
+                                                                else seen_dom[k].node_ids end) o
+                                      except select m from unnest(doms[b].node_ids) m);
+                        -- the members of a with an edge to a lost member of b ...
+                        execute stark.focus_revise_sql(skb, doms[a], row('lost', null, false, lost)::stark.focus_domain,
+                                                       arc_rel[i], a_end)
+                            into old_ids using doms[a].node_ids, lost, arc_rel[i], doms[a].node_type, null::text;
+                        -- ... and those of them with an edge to a member of b still
+                        new_ids := '{}';
+                        if cardinality(old_ids) > 0 then
+                            execute stark.focus_probe_sql(skb, row('checked', null, false, old_ids)::stark.focus_domain,
+                                                          true, arc_rel[i], a_end)
+                                into new_ids using old_ids, doms[b].node_ids, arc_rel[i], null::text;
+                        end if;
+                        if cardinality(new_ids) < cardinality(old_ids) then
+                            lost := array(select c from unnest(old_ids) c except select s from unnest(new_ids) s);
+                            new_ids := array(select m from unnest(case when doms[a].top then univ[a].node_ids
+                                                                       else doms[a].node_ids end) m
+                                             except select l from unnest(lost) l order by 1);
+                        else
+                            new_ids := null;                     -- every member keeps an edge
+                        end if;
+                    else
+                        old_ids := case when not doms[b].top then doms[b].node_ids
+                                        when doms[b].node_type is not null then univ[b].node_ids end;
+                        new_ids := stark.focus_revise(skb, doms[a], a_size, doms[b], old_ids,
+                                                      b_size, n_nodes, arc_rel[i], a_end, degree);
+                        if cardinality(new_ids) >= a_size then
+                            new_ids := null;
+                        end if;
+                    end if;
+                    seen_ver[k] := ver[b];
+                    seen_dom[k] := doms[b];
+                    if new_ids is not null then
+                        changed := true;
+                        doms[a].top := false;
+                        doms[a].node_ids := new_ids;
+                        ver[a] := ver[a] + 1;
+                        k2 := case when side = 1 then k + 1 else k - 1 end;
+                        if a <> b and seen_ver[k2] = ver[a] - 1 then
+                            seen_ver[k2] := ver[a];
+                            seen_dom[k2] := doms[a];
+                        end if;
+                    end if;
+                end loop;
+            end loop;
+        end loop;
+        exit when not changed;
+    end loop;
+
+    for i in 1 .. coalesce(array_length(names, 1), 0) loop
+        if doms[i].top and type_size[i] is null then
+            select count(*) into old_size from stark.node n
+            where n.skb_id = skb and (doms[i].node_type is null or n.type = doms[i].node_type);
+            type_size[i] := old_size;
+        end if;
+        variable := doms[i].variable;
+        node_type := doms[i].node_type;
+        unconstrained := doms[i].top;
+        size := case when doms[i].top then type_size[i] else cardinality(doms[i].node_ids) end;
+        node_ids := case when doms[i].top then null else doms[i].node_ids end;
+        rounds := n_rounds;
+        return next;
+    end loop;
+end
+$$;
+comment on function stark.focus_substitute(text, jsonb, boolean, boolean, int) is
+    '4StepFocus substitution: each variable''s candidates after applying the triplets until no set changes.';
+
+create or replace function stark.edge_type_link_build(skb_name text, rebuild boolean default false)
+returns bigint
+language plpgsql as $$
+declare
+    skb int := stark.require_skb(skb_name);
+    rows_written bigint;
+begin
+    if not rebuild and exists (select from stark.edge_type_link l where l.skb_id = skb) then
+        return (select count(*) from stark.edge_type_link l where l.skb_id = skb);
+    end if;
+    delete from stark.edge_type_link l where l.skb_id = skb;
+    insert into stark.edge_type_link (skb_id, node_type, relation, out, other_type, node_ids, edges)
+    select skb, n.type, t.relation, t.out, t.other_type, array_agg(t.node_id order by t.node_id),
+           array_agg(t.edges order by t.node_id)
+    from (select x.node_id, x.relation, x.out, m.type as other_type, count(*)::int as edges
+          from (select e.src as node_id, e.relation, true as out, e.dst as other
+                from stark.edge e where e.skb_id = skb
+                union all
+                select e.dst, e.relation, false, e.src
+                from stark.edge e where e.skb_id = skb) x
+          join stark.node m on m.skb_id = skb and m.node_id = x.other
+          group by x.node_id, x.relation, x.out, m.type) t
+    join stark.node n on n.skb_id = skb and n.node_id = t.node_id
+    group by n.type, t.relation, t.out, t.other_type;
+    get diagnostics rows_written = row_count;
+    return rows_written;
+end
+$$;
+comment on function stark.edge_type_link_build(text, boolean) is
+    'Builds the typed-link summary of an SKB (stark.edge_type_link) unless it exists; returns its rows. `stark-pg index` runs it.';
+
+create or replace function stark.carry_over_skb(old_id int, new_id int) returns jsonb
+language plpgsql as $$
+declare
+    tbl record;
+    moved bigint;
+    report jsonb := '{}'::jsonb;
+begin
+    for tbl in
+        select t.relname as table_name
+        from pg_class t
+        join pg_namespace ns on ns.oid = t.relnamespace
+        join pg_attribute a on a.attrelid = t.oid and a.attname = 'skb_id' and not a.attisdropped
+        where ns.nspname = 'stark' and t.relkind = 'r' and not t.relispartition
+          and t.relname not in ('skb', 'node', 'node_field', 'edge', 'query', 'edge_type_link')
+          and t.relname not like '%\_\_skb%'
+        order by t.relname
+    loop
+        execute format('update stark.%I set skb_id = $2 where skb_id = $1', tbl.table_name)
+            using old_id, new_id;
+        get diagnostics moved = row_count;
+        if moved > 0 then
+            report := report || jsonb_build_object(tbl.table_name, moved);
+        end if;
+    end loop;
+    return report;
+end
+$$;
+comment on function stark.carry_over_skb(int, int) is
+    'Moves the derived rows (indexes, vectors, eval runs, models) of SKB old_id to new_id (used by a replacing load).';
+"""
