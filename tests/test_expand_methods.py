@@ -80,7 +80,7 @@ def good_llm(answers: dict):
         text = user_text(kind, body)
         if "List the entities the question names" in text:
             return json.dumps({"entities": oracle_entities(question(body))})
-        if "Knowledge from the knowledge base" in text:        # KAR: three lines of what it was shown
+        if "with the relation.\n" in text:                   # KAR: three lines of what it was shown
             knowledge = text.split("with the relation.\n", 1)[1].split("\n\nUsing this knowledge", 1)[0]
             return json.dumps({"expansions": [line.split("]-> ")[-1] for line in knowledge.splitlines()[:3]]})
         if "List the keywords" in text:
@@ -220,6 +220,31 @@ def test_kar_ablations(conn, llm, answers, kw):
         for rows in by_anchor.values():
             sims = [r["similarity"] for r in rows]
             assert sims == sorted(sims, reverse=True) and [r["rank"] for r in rows] == list(range(1, len(rows) + 1))
+
+
+def test_kar_anchored_on_the_first_retrieval(conn, llm, answers):
+    """anchors=retrieved: no entity call (one request, the expansion); the anchors are the first
+    retrieval's top nodes in rank order, their neighbours come from stark.kar_neighbours, and the
+    prompt introduces them as what the search found, not as the question's entities."""
+    llm.responder = good_llm(answers)
+    q = conn.execute("select body from stark.query where skb_id = stark.skb_id(%s) and body like "
+                     "'Which drugs target the gene or protein %%' order by query_id limit 1", (SKB,)).fetchone()[0]
+    before = len(llm.requests)
+    ranking = get_method("kar").search(conn, SKB, q, 10, options("kar", llm, anchors="retrieved", max_entities=3,
+                                                                   cache="refresh"))
+    assert len(llm.requests) - before == 1
+    prompt = user_text("openai", llm.requests[-1]["body"])
+    assert "Entities the search engine found for the question" in prompt
+    assert "List the entities the question names" not in prompt
+    trace = ranking.trace
+    first = trace["first_pass"]["node_ids"]
+    assert len(first) == 3 and [a["node_id"] for a in trace["entities"]] == first
+    assert [a["how"] for a in trace["entities"]] == ["retrieval rank 1", "retrieval rank 2", "retrieval rank 3"]
+    assert trace["neighbours"] and {n["anchor"] for n in trace["neighbours"]} <= set(first)
+    assert "fallback" not in trace and trace["expansions"]
+    assert "1-2. anchors: the first retrieval's top nodes" in trace["explain"]
+    with pytest.raises(ValueError, match="kar anchors must be entities or retrieved"):
+        get_method("kar").search(conn, SKB, q, 5, options("kar", llm, anchors="graph"))
 
 
 def test_bad_options_are_named(conn, llm):

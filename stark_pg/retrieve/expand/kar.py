@@ -18,6 +18,13 @@ Relational Retrieval"), section 4, with the graph work in PostgreSQL:
    `budget` characters.
 6. Expansion: the LLM reads the triples and writes `n` expansions in one call; the query plus the
    expansions is retrieved (stark_pg.retrieve.expand.retrieve).
+
+`anchors=retrieved` replaces steps 1-2: the anchors are the first retrieval's top `max_entities` nodes,
+and the LLM is called once. On the STaRK-Prime slice most entities a 1.5B model names have no node
+(12 of 81 on val[:40] matched one by name: the slice holds 3.4K of PrimeKG's 129K nodes), so their
+"neighbours" are those of a look-alike, while RAR and AGR, which show the LLM the first retrieval's
+documents, were the expansions that did best (docs/kar.md). This grounds KAR's relations in nodes the
+SKB does hold.
 """
 
 from __future__ import annotations
@@ -32,7 +39,8 @@ from stark_pg.embed import canonical_name, encode, encode_query
 from stark_pg.options import OptionError
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Ranking
-from stark_pg.retrieve.expand import SYSTEM, Context, LLMOptions, RetrieverOptions, ask_texts, clip, documents, run
+from stark_pg.retrieve.expand import (SYSTEM, Context, Document, LLMOptions, RetrieverOptions, ask_texts, clip,
+                                      documents, run)
 
 ENTITIES = """{structure}
 
@@ -47,7 +55,7 @@ EXPANSION = """{structure}
 
 Question: {query}
 
-Knowledge from the knowledge base about the entities in the question: their documents and, after
+{source}: their documents and, after
 "->", documents of entities related to them, with the relation.
 {knowledge}
 
@@ -94,6 +102,11 @@ class EntityReply(BaseModel):
 # the frontier met walking the HNSW index in order of similarity (index: approximate; docs/kar.md).
 LAST_HOPS = ("exact", "index")
 
+# Where KAR's anchor nodes come from: the entities the LLM names in the query (the paper's steps 1-2), or
+# the first retrieval's top nodes (no entity call); and how the expansion prompt introduces them.
+ANCHORS = {"entities": "Knowledge from the knowledge base about the entities in the question",
+           "retrieved": "Entities the search engine found for the question (they may or may not answer it)"}
+
 NEEDS = ("llm",)  # an LLM at query time (see README: LLMs)
 
 
@@ -106,7 +119,8 @@ class Options(LLMOptions, RetrieverOptions):
     words: int = 60               # length asked of each expansion
     doc_chars: int = 140          # characters of each document in a triple
     budget: int = 1600            # characters of all triples together
-    max_entities: int = 4         # entities kept from the LLM's list (the pseudo-entity comes on top)
+    anchors: str = "entities"     # entities: the LLM names them (the paper's); retrieved: the first retrieval's top nodes
+    max_entities: int = 4         # entities kept from the LLM's list (the pseudo-entity comes on top), or nodes retrieved
     match_pool: int = 10          # nearest nodes searched for one of the entity's type
     kg: bool = True               # false: KAR w/o KG (entity documents only, no relations)
     drf: bool = True              # false: KAR w/o DRF (neighbours ranked by their names' similarity)
@@ -124,15 +138,22 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
         raise OptionError(f"kar hops must be at most 6, not {o.hops}")
     if o.last_hop not in LAST_HOPS:
         raise OptionError(f"kar last_hop must be {' or '.join(LAST_HOPS)}, not {o.last_hop!r}")
+    if o.anchors not in ANCHORS:
+        raise OptionError(f"kar anchors must be {' or '.join(ANCHORS)}, not {o.anchors!r}")
+    if o.anchors == "retrieved" and o.max_entities <= 0:
+        raise OptionError(f"kar max_entities must be positive with anchors=retrieved, not {o.max_entities}")
 
     def expand(ctx: Context) -> list[str]:
         model = canonical_name(o.model)
         vector = encode_query(query, model)
         structure = ctx.structure()
-        # 1. entity parsing
-        entities = parse_entities(ctx.client, structure, query, o.max_entities)
-        # 2. entity documents
-        anchors = match_entities(conn, skb, query, vector, entities, structure.type_names, o)
+        if o.anchors == "retrieved":
+            anchors = retrieved_anchors(ctx.first_pass(o.max_entities))
+        else:
+            # 1. entity parsing
+            entities = parse_entities(ctx.client, structure, query, o.max_entities)
+            # 2. entity documents
+            anchors = match_entities(conn, skb, query, vector, entities, structure.type_names, o)
         ctx.trace["entities"] = anchors
         anchor_ids = list(dict.fromkeys(a["node_id"] for a in anchors if a["node_id"] is not None))
         # 3-4. relation propagation + DRF
@@ -152,6 +173,7 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
         ctx.explain["   SQL"] = ctx.trace.get("sql", "(no relation propagation)")
         # 6. expansion
         expansions = ask_texts(ctx.client, EXPANSION.format(structure=structure.text(), query=query,
+                                                            source=ANCHORS[o.anchors],
                                                             knowledge=knowledge or "(nothing found)", n=o.n,
                                                             words=o.words), o.max_tokens)
         return expansions[:o.n]
@@ -201,6 +223,13 @@ def match_entities(conn: psycopg.Connection, skb: str, query: str, vector: np.nd
                     "node_id": int(chosen[0]) if chosen else None,
                     "similarity": float(chosen[1]) if chosen else None, "how": "embedding"})
     return _named(conn, skb, out)
+
+
+def retrieved_anchors(first: list[Document]) -> list[dict]:
+    """`anchors=retrieved`: the first retrieval's top nodes, in rank order, as anchors (no entity call)."""
+    return [{"entity": d.name or str(d.node_id), "type": d.type, "pseudo": False, "node_id": d.node_id,
+             "similarity": None, "how": f"retrieval rank {i}", "name": d.name, "node_type": d.type}
+            for i, d in enumerate(first, 1)]
 
 
 def _node_vector(conn, skb: str, node_id: int, model: str) -> np.ndarray:
@@ -285,7 +314,8 @@ def explain(anchors: list[dict], rows: list[tuple], knowledge: str, o: Options) 
                 + (f", cosine {a['similarity']:.3f}" if a["similarity"] is not None else "")
                 if a["node_id"] is not None else "no node")
         entity_lines.append(f"{label} -> {node}")
-    steps = {"1-2. entities and their nodes": entity_lines}
+    steps = {("1-2. anchors: the first retrieval's top nodes" if o.anchors == "retrieved"
+              else "1-2. entities and their nodes"): entity_lines}
     if not o.kg:
         steps["3-4. neighbours"] = ["none: kg=false (KAR w/o KG)"]
     else:
