@@ -160,13 +160,20 @@ def toy_vectors(conn, skb_id: int, n_nodes: int, rng: random.Random) -> dict[int
     return vectors
 
 
-@pytest.mark.parametrize("seed,both_ways", [(1, True), (2, False), (3, True), (4, False)])
-def test_generated_graphs_equal_reference(conn, tmp_path, seed, both_ways):
+# With the graph summary (`summary`), an SKB whose every edge is stored both ways is read through its
+# outgoing edges alone (stark.edge_symmetry); one with one-way edges still reads both directions.
+@pytest.mark.parametrize("seed,both_ways,summary", [(1, True, False), (2, False, False), (3, True, True),
+                                                    (4, False, True)])
+def test_generated_graphs_equal_reference(conn, tmp_path, seed, both_ways, summary):
+    from stark_pg.index.graph import build_graph_summary
+
     rng = random.Random(seed)
     n_nodes = 120
     edges, skb_id = load_toy(conn, tmp_path / f"toy{seed}", rng, n_nodes, 500, both_ways)
     vectors = toy_vectors(conn, skb_id, n_nodes, rng)
     skb = f"toy{seed}"
+    if summary:
+        assert (build_graph_summary(conn, skb)["one_way_edges"] == 0) == both_ways
     ties = 0
     for trial in range(30):
         anchors = rng.sample([1, 2, *range(3, n_nodes + 1)], rng.randint(1, 3))
@@ -364,10 +371,12 @@ def random_vectors_with_hnsw(conn, skb_id: int, n_nodes: int, rng: random.Random
 @pytest.mark.parametrize("seed,both_ways", [(5, True), (6, False)])
 def test_index_last_hop_on_generated_graphs_is_valid_and_close_to_exact(conn, tmp_path, seed, both_ways):
     from kar_reference import adjacency
+    from stark_pg.index.graph import build_graph_summary
 
     rng = random.Random(seed)
     n_nodes = 1500
     edges, skb_id = load_toy(conn, tmp_path / f"walk{seed}", rng, n_nodes, 12_000, both_ways)
+    build_graph_summary(conn, f"walk{seed}")                 # both ways: outgoing edges alone (same rows)
     vectors = random_vectors_with_hnsw(conn, skb_id, n_nodes, rng)
     recalls, walked = [], 0
     for trial in range(30):

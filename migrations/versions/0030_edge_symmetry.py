@@ -3,7 +3,9 @@ summary by `stark-pg index` through stark.edge_type_link_build), and 4StepFocus'
 it: where every edge is stored both ways, a revision that ignores direction reads the revised set's
 outgoing edges alone. stark.focus_revise gathers through the typed-link summary's list of a type from a
 sixteenth as many edges as the type has nodes (it took twice as many). stark.carry_over_skb leaves the
-symmetry with the version it describes. Re-runs sql/functions/graph.sql, skb.sql and focus.sql.
+symmetry with the version it describes. stark.kar_neighbours reads outgoing edges alone where
+direction is ignored on such an SKB (the same rows). Re-runs sql/functions/graph.sql, skb.sql, focus.sql
+and kar.sql.
 
 Revision ID: 0030
 Revises: 0029
@@ -22,10 +24,11 @@ def upgrade() -> None:
     run_sql_file("functions/graph.sql")
     run_sql_file("functions/skb.sql")
     run_sql_file("functions/focus.sql")
+    run_sql_file("functions/kar.sql")
 
 
 def downgrade() -> None:
-    """The symmetry table goes; 0029's substitution, summary builder and carry-over come back."""
+    """The symmetry table goes; 0029's substitution, summary builder, carry-over and KAR statement come back."""
     from alembic import op
 
     execute = op.get_bind().connection.driver_connection.execute
@@ -34,7 +37,8 @@ def downgrade() -> None:
 
 
 # stark.focus_revise and stark.focus_substitute (sql/functions/focus.sql), stark.edge_type_link_build
-# (sql/functions/graph.sql) and stark.carry_over_skb (sql/functions/skb.sql) as of migration 0029, verbatim
+# (sql/functions/graph.sql), stark.carry_over_skb (sql/functions/skb.sql) and stark.kar_neighbours_sql
+# (sql/functions/kar.sql) as of migration 0029, verbatim
 PREVIOUS = r"""create or replace function stark.focus_revise(skb int, y stark.focus_domain, y_size bigint,
                                               x stark.focus_domain, x_ids bigint[], x_size bigint,
                                               nodes bigint, relation text, y_end text,
@@ -450,4 +454,159 @@ end
 $$;
 comment on function stark.carry_over_skb(int, int) is
     'Moves the derived rows (indexes, vectors, eval runs, models) of SKB old_id to new_id (used by a replacing load).';
+
+create or replace function stark.kar_neighbours_sql(skb int, vectors text, hops int, directed boolean,
+                                                    last_hop text default 'exact')
+returns text
+language plpgsql stable as $$
+declare
+    body text := format('anchors as (select distinct a as anchor from unnest($1::bigint[]) a where a is not null), '
+                        'k0 as (select anchor, anchor as node, 0 as hop, array[]::text[] as relations, '
+                        'array[]::bigint[] as path, null::double precision as similarity from anchors)');
+    edges text;
+    seen text := 'select anchor, node from k0';
+    score text;
+    relation text;
+    incoming text;          -- the nodes one edge before o.node (its possible predecessors), for the index hop
+    earlier text := null;   -- (anchor, node) kept at hops before the previous one
+    ix record;
+    min_rows int;
+    overfetch int;
+    raw text;
+begin
+    -- the text built below grows with the square of `hops`: 2000 hops ran past a 5 s statement timeout
+    if hops is null or hops < 1 or hops > 6 then
+        raise exception 'kar_neighbours hops must be between 1 and 6, not %', coalesce(hops::text, 'NULL')
+            using errcode = 'invalid_parameter_value';
+    end if;
+    -- The edges out of f.node, correlated inside each branch: PostgreSQL does not push `x.src = f.node`
+    -- into a UNION ALL whose branches have their own WHERE, and would scan the whole partition per hop.
+    if directed then
+        edges := format('(select e.relation, e.dst from stark.edge e where e.skb_id = %s and e.src = f.node)', skb);
+    else
+        edges := format('(select e.relation, e.dst from stark.edge e where e.skb_id = %1$s and e.src = f.node '
+                        'union all select e.relation, e.src from stark.edge e where e.skb_id = %1$s and e.dst = f.node)',
+                        skb);
+    end if;
+    -- The relation a kept node is reached by: the first, alphabetically, among the edges from its
+    -- predecessor c.pred to it (either way unless `directed`).
+    if directed then
+        relation := format('(select min(e.relation) from stark.edge e where e.skb_id = %s and e.src = c.pred '
+                           'and e.dst = c.node)', skb);
+    else
+        relation := format('(select min(x.relation) from (select e.relation from stark.edge e where e.skb_id = %1$s '
+                           'and e.src = c.pred and e.dst = c.node union all select e.relation from stark.edge e '
+                           'where e.skb_id = %1$s and e.dst = c.pred and e.src = c.node) x)', skb);
+    end if;
+    if last_hop is null or last_hop not in ('exact', 'index') then
+        raise exception 'kar_neighbours last_hop must be exact or index, not %', coalesce(quote_literal(last_hop), 'NULL')
+            using errcode = 'invalid_parameter_value';
+    end if;
+    if last_hop = 'index' then
+        if vectors is null then
+            raise exception 'kar_neighbours last_hop index needs a query vector' using errcode = 'invalid_parameter_value';
+        end if;
+        select * into ix from stark.vector_index(vectors, skb);     -- NULLs when there is no index
+        if ix.method is distinct from 'hnsw' then
+            raise exception 'kar_neighbours last_hop index needs an HNSW index over the SKB''s document vectors (stark.%), not %',
+                vectors, coalesce(ix.method, 'none') using errcode = 'invalid_parameter_value',
+                hint = 'run `stark-pg index SKB` (the default --vector-index hnsw)';
+        end if;
+        raw := nullif(current_setting('stark.kar_index_min_rows', true), '');
+        if raw is not null and raw !~ '^\s*[0-9]{1,9}\s*$' then
+            raise exception 'stark.kar_index_min_rows must be a non-negative integer, not %', quote_literal(raw)
+                using errcode = 'invalid_parameter_value';
+        end if;
+        min_rows := coalesce(raw::int, 15000);
+        raw := nullif(current_setting('stark.kar_index_overfetch', true), '');
+        if raw is not null and (raw !~ '^\s*[0-9]{1,3}\s*$' or raw::int < 1) then
+            raise exception 'stark.kar_index_overfetch must be an integer from 1 to 999, not %', quote_literal(raw)
+                using errcode = 'invalid_parameter_value';
+        end if;
+        overfetch := coalesce(raw::int, 2);
+    end if;
+    -- The nodes with an edge into o.node from them (either way unless `directed`): its predecessors.
+    if directed then
+        incoming := format('(select e.src as node from stark.edge e where e.skb_id = %s and e.dst = o.node)', skb);
+    else
+        incoming := format('(select e.src as node from stark.edge e where e.skb_id = %1$s and e.dst = o.node '
+                           'union all select e.dst from stark.edge e where e.skb_id = %1$s and e.src = o.node)', skb);
+    end if;
+    if vectors is null then
+        score := 'null::double precision';
+    else
+        score := format('(select 1 - (d.vec <=> $2) from stark.%I d where d.skb_id = %s and d.node_id = s.node)',
+                        vectors, skb);
+    end if;
+    -- Per hop: c = every (anchor, neighbour) pair with its smallest predecessor, grouped by hashing
+    -- narrow rows (the paths are built only for the kept nodes: sorting a few hundred thousand rows
+    -- that carried their paths was most of a call's time at Prime's size); s = those not reached
+    -- before; r = scored; k = the cap's best, each with its predecessor's path and the alphabetically
+    -- first relation between the two.
+    for h in 1..hops loop
+        if h = hops and last_hop = 'index' then
+            -- b = the anchors that take the index walk (the previous hop's kept nodes have at least
+            -- min_rows edge rows to follow, counted up to that); the others take the exact hop (c, s, r,
+            -- x). i = per anchor, the first min(cap, overfetch * k) nodes of the walk reached at this hop and not
+            -- before (each candidate's incoming edges against the (anchor, node) pairs kept before),
+            -- with their smallest predecessors (in the walk's select list: computed only for the rows
+            -- the filter passes); k = both, with paths and relations as the exact hop builds them.
+            body := body || format(
+                ', b%1$s as materialized (select a.anchor from anchors a where %7$s = 0 or (select count(*) from '
+                '  (select 1 from k%2$s f cross join lateral %3$s e where f.anchor = a.anchor limit %7$s) n) >= %7$s), '
+                'c%1$s as (select f.anchor, e.dst as node, min(f.node) as pred '
+                '  from k%2$s f cross join lateral %3$s e '
+                '  where not exists (select 1 from b%1$s b where b.anchor = f.anchor) group by f.anchor, e.dst), '
+                's%1$s as (select c.anchor, c.node, c.pred from c%1$s c '
+                '  where not exists (select 1 from (%4$s) v where v.anchor = c.anchor and v.node = c.node)), '
+                'r%1$s as (select s.*, %5$s as similarity from (select * from s%1$s order by node) s), '
+                'x%1$s as (select c.anchor, c.node, %1$s as hop, p.relations || %6$s as relations, '
+                '  p.path || c.node as path, c.similarity from '
+                '  (select r.*, row_number() over (partition by r.anchor order by r.similarity desc nulls last, r.node) as i '
+                '   from r%1$s r) c join k%2$s p on p.anchor = c.anchor and p.node = c.pred '
+                '  where $4::int is null or c.i <= $4), '
+                'i%1$s as materialized (select b.anchor, w.node, w.similarity, w.pred from b%1$s b cross join lateral '
+                '  (select d.node_id as node, 1 - (d.vec <=> $2) as similarity, (select min(o.node) from %10$s o '
+                '    where (b.anchor, o.node) in (select anchor, node from k%2$s)) as pred from stark.%8$I d '
+                '   where d.skb_id = %9$s and d.node_id <> b.anchor '
+                '   and exists (select 1 from %10$s o where (b.anchor, o.node) in (select anchor, node from k%2$s)) '
+                '   %11$s '
+                '   order by %12$s limit least($3::bigint * %13$s, coalesce($4, $3::bigint * %13$s))) w), '
+                'k%1$s as (select * from x%1$s union all '
+                '  select c.anchor, c.node, %1$s as hop, p.relations || %6$s as relations, p.path || c.node as path, '
+                '  c.similarity from i%1$s c join k%2$s p on p.anchor = c.anchor and p.node = c.pred)',
+                h, h - 1, edges, seen, score, relation, min_rows, vectors, skb,
+                replace(incoming, 'o.node', 'd.node_id'),
+                case when earlier is null then '' else format(
+                    'and not exists (select 1 from %s o where (b.anchor, o.node) in (%s))',
+                    replace(incoming, 'o.node', 'd.node_id'), earlier) end,
+                replace(stark.vector_distance('d', ix.storage, ix.dim), '$1', '$2'), overfetch);
+        else
+            body := body || format(
+                ', c%1$s as (select f.anchor, e.dst as node, min(f.node) as pred '
+                '  from k%2$s f cross join lateral %3$s e group by f.anchor, e.dst), '
+                's%1$s as (select c.anchor, c.node, c.pred from c%1$s c '
+                '  where not exists (select 1 from (%4$s) v where v.anchor = c.anchor and v.node = c.node)), '
+                'r%1$s as (select s.*, %5$s as similarity from (select * from s%1$s order by node) s), '
+                'k%1$s as materialized (select c.anchor, c.node, %1$s as hop, p.relations || %6$s as relations, '
+                '  p.path || c.node as path, c.similarity from '
+                '  (select r.*, row_number() over (partition by r.anchor order by r.similarity desc nulls last, r.node) as i '
+                '   from r%1$s r) c join k%2$s p on p.anchor = c.anchor and p.node = c.pred '
+                '  where $4::int is null or c.i <= $4)',
+                h, h - 1, edges, seen, score, relation);
+        end if;
+        seen := seen || format(' union all select anchor, node from s%s', h);
+        if h < hops then
+            earlier := coalesce(earlier || ' union all ', '') || format('select anchor, node from k%s', h - 1);
+        end if;
+    end loop;
+    return 'with ' || body || ', found as (' ||
+           (select string_agg(format('select * from k%s', h), ' union all ') from generate_series(1, hops) h) ||
+           ') select anchor, hop, relations, path, node, similarity, rank::int from '
+           '(select found.*, row_number() over (partition by anchor order by similarity desc nulls last, hop, node) '
+           'as rank from found) ranked where $3::int is null or rank <= $3 order by anchor, rank';
+end
+$$;
+comment on function stark.kar_neighbours_sql(int, text, int, boolean, text) is
+    'Internal: the one statement stark.kar_neighbours runs (skb id, vector table or NULL, hops, directed, last_hop).';
 """

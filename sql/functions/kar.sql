@@ -3,7 +3,8 @@
 --
 -- From each anchor node, hop by hop (at most `hops`):
 --   * the next hop's nodes are those one edge away from the previous hop's kept nodes (outgoing edges,
---     or either direction unless `directed`) that this anchor has not reached before (the anchor itself
+--     or either direction unless `directed`; outgoing edges alone where every edge is also stored
+--     reversed, stark.edge_symmetry: the same nodes) that this anchor has not reached before (the anchor itself
 --     and every node discovered at an earlier hop, kept or not: a node is reported at its shortest hop);
 --   * a node reached from several kept nodes takes its path through the smallest predecessor id, then
 --     the alphabetically first relation (the tie rule that makes the result deterministic);
@@ -58,6 +59,13 @@ begin
     if hops is null or hops < 1 or hops > 6 then
         raise exception 'kar_neighbours hops must be between 1 and 6, not %', coalesce(hops::text, 'NULL')
             using errcode = 'invalid_parameter_value';
+    end if;
+    -- Where the SKB stores every edge both ways too (stark.edge_symmetry, built by `stark-pg index`),
+    -- "either way" reaches the same nodes by the same relations as outgoing edges alone: those are read,
+    -- half the edges, and the rows are the same.
+    if not directed and exists (select from stark.edge_symmetry s where s.skb_id = kar_neighbours_sql.skb
+                                                                   and s.one_way = 0) then
+        directed := true;
     end if;
     -- The edges out of f.node, correlated inside each branch: PostgreSQL does not push `x.src = f.node`
     -- into a UNION ALL whose branches have their own WHERE, and would scan the whole partition per hop.
