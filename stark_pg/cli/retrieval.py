@@ -26,8 +26,9 @@ def index(
     dense: bool = typer.Option(True, "--dense/--no-dense",
                                help="Embeddings with a vector index (HNSW, or DiskANN: --vector-index)."),
     graph: bool = typer.Option(True, "--graph/--no-graph",
-                               help="The graph's typed-link summary (which node types each node has edges to), "
-                                    "which speeds up 4StepFocus's substitution; built once per loaded version."),
+                               help="The graph's typed-link summary (which node types each node has edges to) "
+                                    "and whether every edge is also stored reversed, which speed up 4StepFocus's "
+                                    "substitution and KAR's neighbours; built once per loaded version."),
     model: str = typer.Option(None, "--model", help="sentence-transformers model name or path "
                                                     "(default all-MiniLM-L6-v2, offline from its PyPI package), "
                                                     "or openai:MODEL for OpenAI or a compatible server "
