@@ -169,7 +169,7 @@ def one_way_edges(conn, skb_id: int) -> int:
 
 
 def test_edge_symmetry_counts_edges_without_their_reverse(conn):
-    """stark.edge_symmetry equals a count in Python: 0 for the generator's graphs (every edge stored
+    """stark.edge_symmetry equals a count in Python (and stark.edge_both_ways says whether it is 0): 0 for the generator's graphs (every edge stored
     both ways, as PrimeKG stores them), the number of edges removed from one direction otherwise; a
     summary built before the symmetry existed (an SKB indexed before migration 0030) gets it at the
     next build, which says it built something."""
@@ -179,8 +179,14 @@ def test_edge_symmetry_counts_edges_without_their_reverse(conn):
 
     load_skb(conn, SyntheticSource(nodes=600, seed=4, edges_per_node=6), "synthetic-focus")
     skb_id = conn.execute("select stark.skb_id('synthetic-focus')").fetchone()[0]
+
+    def both_ways() -> bool:
+        return conn.execute("select stark.edge_both_ways(%s)", (skb_id,)).fetchone()[0]
+
+    assert both_ways() is False                                     # not built yet: not assumed
     report = build_graph_summary(conn, "synthetic-focus")
     assert report["one_way_edges"] == 0 == one_way_edges(conn, skb_id)
+    assert both_ways() is True
     assert conn.execute("select edges from stark.edge_symmetry where skb_id = %s",
                         (skb_id,)).fetchone()[0] == conn.execute(
         "select count(*) from stark.edge where skb_id = %s", (skb_id,)).fetchone()[0]
@@ -190,6 +196,7 @@ def test_edge_symmetry_counts_edges_without_their_reverse(conn):
     conn.execute("delete from stark.edge_symmetry where skb_id = %s", (skb_id,))
     again = build_graph_summary(conn, "synthetic-focus")
     assert again["built"] and again["one_way_edges"] == removed == one_way_edges(conn, skb_id)
+    assert both_ways() is False
 
 
 @pytest.mark.parametrize("summary", [False, True], ids=["edges", "typed-link summary"])

@@ -33,6 +33,7 @@ def downgrade() -> None:
 
     execute = op.get_bind().connection.driver_connection.execute
     execute(PREVIOUS)
+    execute("drop function if exists stark.edge_both_ways(int)")   # 0031's, kept by its downgrade
     execute("drop table if exists stark.edge_symmetry")
 
 

@@ -481,7 +481,7 @@ begin
         select count(*) into degree from stark.edge e where e.skb_id = skb;
     end if;
     degree := degree / greatest(n_nodes, 1);
-    both_ways := not directed and exists (select from stark.edge_symmetry s where s.skb_id = skb and s.one_way = 0);
+    both_ways := not directed and stark.edge_both_ways(skb);
     if both_ways then
         ends := 1;
     end if;

@@ -70,6 +70,20 @@ select s.name,
 from stark.skb s;
 comment on view stark.skb_summary is 'One line per SKB: where it came from and its node, edge and query counts.';
 
+-- Whether every edge of an SKB is also stored reversed (stark.edge_symmetry, built by `stark-pg index`;
+-- false when it has not been built). Where it is, an edge either way between a and b is an edge from a
+-- to b, so a walk that ignores direction reads outgoing edges alone: 4StepFocus's substitution and
+-- KAR's relation propagation both ask it. PL/pgSQL, so that earlier migrations that run this file
+-- before the table exists can still create it.
+create or replace function stark.edge_both_ways(skb int) returns boolean
+language plpgsql stable as $$
+begin
+    return exists (select from stark.edge_symmetry s where s.skb_id = edge_both_ways.skb and s.one_way = 0);
+end
+$$;
+comment on function stark.edge_both_ways(int) is
+    'Whether every edge of the SKB (by id) is also stored reversed, per stark.edge_symmetry; false until `stark-pg index` built it.';
+
 -- The typed-link summary of one SKB (stark.edge_type_link, see sql/schema/0026_edge_type_link.sql)
 -- and whether its edges are all stored both ways (stark.edge_symmetry, sql/schema/0030_edge_symmetry.sql):
 -- built once per loaded version, since a loaded version's edges never change. Returns the summary's

@@ -63,8 +63,7 @@ begin
     -- Where the SKB stores every edge both ways too (stark.edge_symmetry, built by `stark-pg index`),
     -- "either way" reaches the same nodes by the same relations as outgoing edges alone: those are read,
     -- half the edges, and the rows are the same.
-    if not directed and exists (select from stark.edge_symmetry s where s.skb_id = kar_neighbours_sql.skb
-                                                                   and s.one_way = 0) then
+    if not directed and stark.edge_both_ways(skb) then
         directed := true;
     end if;
     -- The edges out of f.node, correlated inside each branch: PostgreSQL does not push `x.src = f.node`
