@@ -98,10 +98,21 @@ language sql stable as $$
             array(select p.field from pairs p where p.scorer = 'lexical'),
             array(select p.field from pairs p where p.scorer = 'dense'), pool, include) s),
     best as (select s.field, s.scorer, max(s.score) as top from scores s group by s.field, s.scorer),
-    cand as (select distinct s.node_id from scores s),
-    votes as (select v.node_type, v.share
-              from stark.answer_type_votes(skb_name, qvec, 'train', knn, model, query) v),
-    near as (
+    -- each candidate's scores keyed by their pair's place, then looked up by it: joining every
+    -- (candidate, pair) to the scores let the planner match on the pair alone and filter 2.6M rows
+    per_node as materialized (
+        select s.node_id, array_agg(p.ord) as ords, array_agg(s.score) as raw,
+               array_agg(case when b.top is null or b.top <= 0 then 0 else s.score / b.top end) as normed
+        from scores s
+        join pairs p on p.field = s.field and p.scorer = s.scorer
+        left join best b on b.field = s.field and b.scorer = s.scorer
+        group by s.node_id),
+    -- Materialized, and joined rather than looked up per candidate: a CTE read once is inlined into
+    -- the correlated lookup, which then ranked the 435 training questions again for every candidate.
+    votes as materialized (
+        select v.node_type, v.share
+        from stark.answer_type_votes(skb_name, qvec, 'train', knn, model, query) v),
+    near as materialized (
         select q.answer_ids, 1 - (v.vec <=> qvec) as sim
         from stark.query q
         join stark.query_vector v on v.skb_id = q.skb_id and v.query_id = q.query_id and v.model = fusion_features.model
@@ -109,50 +120,44 @@ language sql stable as $$
         where q.skb_id = (select id from skb) and q.split = 'train' and q.body <> query
         order by v.vec <=> qvec, q.query_id
         limit knn),
-    knn_answers as (
+    knn_answers as materialized (
         select a.node_id, sum(n.sim / sqrt(cardinality(n.answer_ids))) as w
         from near n cross join lateral unnest(n.answer_ids) as a(node_id)
         group by a.node_id),
-    linked as (
+    linked as materialized (
         select l.node_id, l.score / max(l.score) over () as w
         from (select b.node_id, b.score from stark.bm25_scores((select id from skb), 'name', query) b
               order by b.score desc, b.node_id limit link) l),
-    hop1 as (
+    hop1 as materialized (
         select e.dst as node_id, max(l.w) as w
         from linked l join stark.edge e on e.skb_id = (select id from skb) and e.src = l.node_id
         group by e.dst),
-    hop2 as (
+    hop2 as materialized (
         select e2.dst as node_id, max(h.w) as w
         from hop1 h join stark.edge e2 on e2.skb_id = (select id from skb) and e2.src = h.node_id
         group by e2.dst),
-    pair_features as (
-        select c.node_id,
-               array_agg(coalesce(s.score, 0) order by p.ord) as raw,
-               array_agg(case when s.score is null or b.top is null or b.top <= 0 then 0 else s.score / b.top end
-                         order by p.ord) filter (where p.scorer = 'lexical') as normed
-        from cand c cross join pairs p
-        left join scores s on s.node_id = c.node_id and s.field = p.field and s.scorer = p.scorer
-        left join best b on b.field = p.field and b.scorer = p.scorer
-        group by c.node_id),
-    trained as (
+    trained as materialized (
         select t.node_id, t.score
-        from stark.mean_cosine(skb_name, array(select c.node_id from cand c), dense_models, dense_qvecs) t)
-    select pf.node_id,
+        from stark.mean_cosine(skb_name, array(select c.node_id from per_node c), dense_models, dense_qvecs) t)
+    select pn.node_id,
            array(select x.v from (
-                     select r.i * 2 as o, r.v from unnest(pf.raw) with ordinality as r(v, i)
+                     select p.ord * 2 as o, coalesce(pn.raw[array_position(pn.ords, p.ord)], 0) as v from pairs p
                      union all
-                     select r.i * 2 + 1, r.v from unnest(pf.normed) with ordinality as r(v, i)) x
+                     select p.ord * 2 + 1, coalesce(pn.normed[array_position(pn.ords, p.ord)], 0) from pairs p
+                     where p.scorer = 'lexical') x
                  order by x.o)
-           || array[coalesce((select v.share from votes v where v.node_type = n.type), 0),
-                    coalesce((select k.w from knn_answers k where k.node_id = pf.node_id), 0),
-                    coalesce((select l.w from linked l where l.node_id = pf.node_id), 0),
-                    coalesce((select h.w from hop1 h where h.node_id = pf.node_id), 0),
-                    coalesce((select h.w from hop2 h where h.node_id = pf.node_id), 0)]::double precision[]
-           || case when cardinality(dense_models) > 0
-                   then array[coalesce((select t.score from trained t where t.node_id = pf.node_id), 0)]
+           || array[coalesce(vt.share, 0), coalesce(ka.w, 0), coalesce(li.w, 0), coalesce(h1.w, 0),
+                    coalesce(h2.w, 0)]::double precision[]
+           || case when cardinality(dense_models) > 0 then array[coalesce(td.score, 0)]
                    else '{}' end::double precision[]
-    from pair_features pf
-    join stark.node n on n.skb_id = (select id from skb) and n.node_id = pf.node_id
+    from per_node pn
+    join stark.node n on n.skb_id = (select id from skb) and n.node_id = pn.node_id
+    left join votes vt on vt.node_type = n.type
+    left join knn_answers ka on ka.node_id = pn.node_id
+    left join linked li on li.node_id = pn.node_id
+    left join hop1 h1 on h1.node_id = pn.node_id
+    left join hop2 h2 on h2.node_id = pn.node_id
+    left join trained td on td.node_id = pn.node_id
 $$;
 comment on function stark.fusion_features(text, text, vector, text, int, int, int, bigint[], text[], vector[]) is
     'Learned fusion: the feature vector of every candidate of a query (names: stark.fusion_feature_names).';
