@@ -6,6 +6,7 @@ Run by hand (figures in docs/fusion.md, "How far cross-validation can be trusted
     python benchmarks/fusion_holdout.py stark-prime-ibd --seed 3 --seed 4 --no-groups --bag 5 --features DIR
     python benchmarks/fusion_holdout.py stark-prime-ibd --seed 1 --no-groups --features DIR \
         --extra-train ../shared/data/stark-qa/primekg      # also fit on STaRK's partly-inside training questions
+    python benchmarks/fusion_holdout.py stark-prime-ibd --seed 1 --no-groups --features DIR --setting knn=20
 
 Why: `stark-pg train fusion` chooses its rounds by k-fold cross-validation over features computed once
 for all training questions, so a held-out question's neighbour features (type_share, knn_answer) draw
@@ -57,6 +58,17 @@ def relabel_held(conn, skb_id: int, held: set[int]) -> None:
                  (skb_id, list(held)))
 
 
+def feature_settings(pairs: list[str]) -> FusionSettings:
+    """`train fusion`'s settings with the feature settings given as KEY=VALUE (pool, knn, link) changed."""
+    changed = {}
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        if key not in ("pool", "knn", "link") or not value.isdigit():
+            raise SystemExit(f"--setting {pair!r}: expected pool=N, knn=N or link=N")
+        changed[key] = int(value)
+    return FusionSettings(**changed)
+
+
 def feature_row(conn, skb: str, q, vector, settings: FusionSettings, model: str, dense=None) -> tuple:
     """(query, candidate ids, features, labels): one question's row, as `train fusion` computes it."""
     ids, X = query_features(conn, skb, q.body, vector, settings, model, dense)
@@ -65,13 +77,14 @@ def feature_row(conn, skb: str, q, vector, settings: FusionSettings, model: str,
 
 
 def holdout_features(conn, skb: str, skb_id: int, seed: int, share: float, model: str,
-                     dense: str | None = None, dense_folds: int = 2, pooled: list | None = None):
+                     dense: str | None = None, dense_folds: int = 2, pooled: list | None = None,
+                     settings: FusionSettings | None = None):
     """(fit rows, held rows) of (query, ids, X, y), computed with the held part relabelled; rolled back.
     With `dense`, trained_dense is cross-fitted over the whole training split, as `train fusion --dense`
     does: a held-out question, like every other, is scored by the fold model that never saw it.
     `pooled` questions are added to the training split for the time of the transaction, as if loaded:
     every question's nearest-question features draw on them too, and they are fitted on."""
-    settings = FusionSettings()
+    settings = settings or FusionSettings()
     queries = from_split(conn, skb_id, "train").queries
     held = held_ids(conn, skb_id, seed, share)
     fitted = cross_fitted(conn, skb_id, queries, dense, dense_folds) if dense else [None] * len(queries)
@@ -90,11 +103,12 @@ def holdout_features(conn, skb: str, skb_id: int, seed: int, share: float, model
     return fit, out
 
 
-def extra_features(conn, skb: str, skb_id: int, seed: int, share: float, model: str, extra: list) -> list:
+def extra_features(conn, skb: str, skb_id: int, seed: int, share: float, model: str, extra: list,
+                   settings: FusionSettings | None = None) -> list:
     """Fit rows for the extra training questions (stark_pg.train.extra_queries), computed with the same
     part of train relabelled as holdout_features does (rolled back): their nearest-question features
     draw on the fitted part of train only, like every fitted question's."""
-    settings = FusionSettings()
+    settings = settings or FusionSettings()
     vectors = encode([q.body for q in extra], model)
     rows = []
     with conn.transaction(force_rollback=True):
@@ -142,6 +156,8 @@ def main() -> None:
     parser.add_argument("--extra-pool", action="store_true",
                         help="with --extra-train: the extra questions also join the training split that the "
                              "nearest-question features draw on (as if loaded into the SKB)")
+    parser.add_argument("--setting", action="append", default=[], metavar="KEY=VALUE",
+                        help="a feature setting of train fusion to change: pool, knn or link (repeatable)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     conn = connect(args.dsn) if args.dsn else connect()
@@ -151,7 +167,8 @@ def main() -> None:
     if args.dense:
         check_fold_models(conn, skb_id, args.skb, args.dense, args.dense_folds)
     names = list(sql().fusion_feature_names(conn, skb=args.skb, model=model, trained_dense=bool(args.dense)))
-    params = lightgbm_params(FusionSettings()) | {k: json.loads(v) for k, v in (p.split("=", 1) for p in args.param)}
+    settings = feature_settings(args.setting)
+    params = lightgbm_params(settings) | {k: json.loads(v) for k, v in (p.split("=", 1) for p in args.param)}
     extra = []
     if args.extra_train:
         picked = read_extra_training_queries(conn, skb_id, args.extra_train, args.extra_min_share)
@@ -161,22 +178,24 @@ def main() -> None:
     for seed in args.seed or [1]:
         tag = f"-dense-{args.dense}-{args.dense_folds}" if args.dense else ""
         tag += f"-pooled{len(extra)}" if args.extra_pool else ""
+        tag += "".join(f"-{k}{getattr(settings, k)}" for k in ("pool", "knn", "link")
+                       if getattr(settings, k) != getattr(FusionSettings(), k))
         cached = Path(args.features) / f"{args.skb}-seed{seed}-share{args.share}{tag}.pkl" if args.features else None
         if cached and cached.exists():
             fit_rows, held_rows = pickle.loads(cached.read_bytes())
         else:
             fit_rows, held_rows = holdout_features(conn, args.skb, skb_id, seed, args.share, model, args.dense,
-                                                   args.dense_folds, extra if args.extra_pool else None)
+                                                   args.dense_folds, extra if args.extra_pool else None, settings)
             if cached:
                 cached.parent.mkdir(parents=True, exist_ok=True)
                 cached.write_bytes(pickle.dumps((fit_rows, held_rows)))
         if extra and not args.extra_pool:
-            cached_extra = (Path(args.features) / f"{args.skb}-seed{seed}-share{args.share}-extra{len(extra)}.pkl"
+            cached_extra = (Path(args.features) / f"{args.skb}-seed{seed}-share{args.share}{tag}-extra{len(extra)}.pkl"
                             if args.features else None)
             if cached_extra and cached_extra.exists():
                 extra_rows = pickle.loads(cached_extra.read_bytes())
             else:
-                extra_rows = extra_features(conn, args.skb, skb_id, seed, args.share, model, extra)
+                extra_rows = extra_features(conn, args.skb, skb_id, seed, args.share, model, extra, settings)
                 if cached_extra:
                     cached_extra.write_bytes(pickle.dumps(extra_rows))
             fit_rows = fit_rows + extra_rows
