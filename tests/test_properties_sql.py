@@ -309,6 +309,7 @@ FUNCTIONS = {
     "skb_id": (["text"], [names]),
     "require_skb": (["text"], [names]),
     "require_scope": (["text", "text"], [names, scopes]),
+    "edge_both_ways": (["int"], [skb_ids]),
     "neighbors": (["text", "bigint", "text", "int"],
                   [names, nodes, st.sampled_from(["ppi", "target", None, ""]), ints]),
     "bm25": (["text", "text", "int", "text", "float8", "float8", "text"],
