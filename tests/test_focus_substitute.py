@@ -169,10 +169,11 @@ def one_way_edges(conn, skb_id: int) -> int:
 
 
 def test_edge_symmetry_counts_edges_without_their_reverse(conn):
-    """stark.edge_symmetry equals a count in Python (and stark.edge_both_ways says whether it is 0): 0 for the generator's graphs (every edge stored
+    """stark.edge_symmetry equals a count in Python: 0 for the generator's graphs (every edge stored
     both ways, as PrimeKG stores them), the number of edges removed from one direction otherwise; a
     summary built before the symmetry existed (an SKB indexed before migration 0030) gets it at the
-    next build, which says it built something."""
+    next build, which says it built something. stark.edge_both_ways says whether that count is 0, and
+    is false before the symmetry is built."""
     from loaders.synthetic import SyntheticSource
     from stark_pg.index.graph import build_graph_summary
     from stark_pg.skb.store import load_skb
