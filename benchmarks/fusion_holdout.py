@@ -58,12 +58,15 @@ def relabel_held(conn, skb_id: int, held: set[int]) -> None:
                  (skb_id, list(held)))
 
 
+FEATURE_SETTINGS = ("pool", "knn", "link")       # the settings of train fusion that change the features
+
+
 def feature_settings(pairs: list[str]) -> FusionSettings:
     """`train fusion`'s settings with the feature settings given as KEY=VALUE (pool, knn, link) changed."""
     changed = {}
     for pair in pairs:
         key, _, value = pair.partition("=")
-        if key not in ("pool", "knn", "link") or not value.isdigit():
+        if key not in FEATURE_SETTINGS or not value.isdigit():
             raise SystemExit(f"--setting {pair!r}: expected pool=N, knn=N or link=N")
         changed[key] = int(value)
     return FusionSettings(**changed)
@@ -168,6 +171,8 @@ def main() -> None:
         check_fold_models(conn, skb_id, args.skb, args.dense, args.dense_folds)
     names = list(sql().fusion_feature_names(conn, skb=args.skb, model=model, trained_dense=bool(args.dense)))
     settings = feature_settings(args.setting)
+    changed = "".join(f"-{k}{getattr(settings, k)}" for k in FEATURE_SETTINGS
+                      if getattr(settings, k) != getattr(FusionSettings(), k))     # in the cache files' names
     params = lightgbm_params(settings) | {k: json.loads(v) for k, v in (p.split("=", 1) for p in args.param)}
     extra = []
     if args.extra_train:
@@ -178,8 +183,7 @@ def main() -> None:
     for seed in args.seed or [1]:
         tag = f"-dense-{args.dense}-{args.dense_folds}" if args.dense else ""
         tag += f"-pooled{len(extra)}" if args.extra_pool else ""
-        tag += "".join(f"-{k}{getattr(settings, k)}" for k in ("pool", "knn", "link")
-                       if getattr(settings, k) != getattr(FusionSettings(), k))
+        tag += changed
         cached = Path(args.features) / f"{args.skb}-seed{seed}-share{args.share}{tag}.pkl" if args.features else None
         if cached and cached.exists():
             fit_rows, held_rows = pickle.loads(cached.read_bytes())

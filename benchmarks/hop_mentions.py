@@ -46,24 +46,26 @@ def main() -> None:
         for n, t, _ in nodes:
             of_type[t].append(n)
             type_of[n] = t
-        adjacent = defaultdict(set)
-        for src, dst in conn.execute("select src, dst from stark.edge where skb_id = %s", (skb_id,)):
-            adjacent[src].add(dst)
-            adjacent[dst].add(src)
+        typed_adjacent = defaultdict(set)          # node -> {(neighbour, relation)}, either direction
+        for src, relation, dst in conn.execute("select src, relation, dst from stark.edge where skb_id = %s",
+                                               (skb_id,)):
+            typed_adjacent[src].add((dst, relation))
+            typed_adjacent[dst].add((src, relation))
+        adjacent = defaultdict(set, {n: {m for m, _ in pairs} for n, pairs in typed_adjacent.items()})
         questions = conn.execute("select body, answer_ids from stark.query where skb_id = %s and split = %s "
                                  "order by query_id", (skb_id, args.split)).fetchall()
         counts = {"answer": [0, 0], "random node of its type": [0, 0]}
         sizes = []
         for body, answers in questions:
-            text = body.lower()
+            named = named_in(body.lower(), name)
             others = [n for n in of_type[type_of[answers[0]]] if n not in set(answers)]
             for label, node in (("answer", answers[0]), ("random node of its type", rng.choice(others))):
                 one = adjacent[node]
                 two = set().union(*(adjacent[m] for m in one)) - one - {node}
                 if label == "answer":
                     sizes.append(len(two))
-                named_one = any(m in name and name[m] in text for m in one)
-                named_two = any(m in name and name[m] in text for m in two)
+                named_one = bool(one & named)
+                named_two = bool(two & named)
                 counts[label][0] += named_one
                 counts[label][1] += named_two and not named_one
         print(f"{args.skb}, {args.split}: {len(questions)} questions, {len(nodes):,} nodes; "
@@ -73,7 +75,7 @@ def main() -> None:
         for label, (one, two) in counts.items():
             print(f"| {label} | {one} ({one / len(questions):.1%}) | {two} ({two / len(questions):.1%}) |")
         if args.typed:
-            typed_paths(conn, skb_id, args, name, type_of, of_type)
+            typed_paths(conn, skb_id, args, name, type_of, of_type, typed_adjacent)
 
 
 def named_in(text: str, name: dict) -> set:
@@ -94,21 +96,18 @@ def shapes(node: int, targets: set, typed_adjacent: dict, type_of: dict) -> set:
     return found
 
 
-def typed_paths(conn, skb_id: int, args, name: dict, type_of: dict, of_type: dict) -> None:
+def typed_paths(conn, skb_id: int, args, name: dict, type_of: dict, of_type: dict, typed_adjacent: dict) -> None:
     import numpy as np
     from pgvector.psycopg import register_vector
 
+    from stark_pg.embed import canonical_name
+
     register_vector(conn)
     rng = random.Random(args.seed)
-    typed_adjacent = defaultdict(set)
-    for src, relation, dst in conn.execute("select src, relation, dst from stark.edge where skb_id = %s", (skb_id,)):
-        typed_adjacent[src].add((dst, relation))
-        typed_adjacent[dst].add((src, relation))
-    rows = conn.execute(
+    pool = conn.execute(
         "select q.query_id, q.body, q.answer_ids, v.vec from stark.query q join stark.query_vector v "
-        "on v.skb_id = q.skb_id and v.query_id = q.query_id and v.model = 'all-MiniLM-L6-v2' "
-        "where q.skb_id = %s and q.split = 'train' order by q.query_id", (skb_id,)).fetchall()
-    pool = list(rows)
+        "on v.skb_id = q.skb_id and v.query_id = q.query_id and v.model = %s "
+        "where q.skb_id = %s and q.split = 'train' order by q.query_id", (canonical_name(None), skb_id)).fetchall()
     vectors = np.array([r[3].to_numpy().astype(np.float32) for r in pool])
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     own = [shapes(r[2][0], named_in(r[1].lower(), name), typed_adjacent, type_of) for r in pool]
