@@ -33,6 +33,7 @@ GROUPS = {
     "dense (cosine per field)": lambda n: n.endswith("|dense"),
     "type_share": lambda n: n == "type_share",
     "knn_answer": lambda n: n == "knn_answer",
+    "knn_best, knn_first": lambda n: n in ("knn_best", "knn_first"),
     "graph (linked, hop1, hop2)": lambda n: n in ("linked", "hop1", "hop2"),
     "trained_dense": lambda n: n == "trained_dense",
 }

@@ -12,7 +12,7 @@ import pytest
 from stark_pg.db import connect
 from stark_pg.embed import encode_query
 from stark_pg.resources import queries as sql
-from stark_pg.retrieve import get_method
+from stark_pg.retrieve import MissingIndex, get_method
 from stark_pg.retrieve.focus.answer_type import embed_split
 from stark_pg.retrieve.fusion import template
 from stark_pg.train.fusion import FusionSettings, query_features, train_fusion
@@ -72,8 +72,16 @@ def test_features_equal_their_sql_definitions_and_no_query_sees_its_own_answers(
         for sim, answer_ids in sims:
             for a in answer_ids:
                 expected[a] = expected.get(a, 0.0) + sim / math.sqrt(len(answer_ids))
+        nearest: dict[int, tuple[float, int]] = {}        # knn_best and knn_first: the nearest such question
+        for rank, (sim, answer_ids) in enumerate(sims, start=1):
+            for a in answer_ids:
+                nearest.setdefault(a, (sim, rank))
+        assert any(nearest.get(node, (0, 0))[1] > 1 for node in ids), "no candidate tests the rank"
         for i, node in enumerate(ids):
             assert X[i, col["knn_answer"]] == pytest.approx(expected.get(node, 0.0), abs=1e-5)
+            sim, rank = nearest.get(node, (0.0, math.inf))
+            assert X[i, col["knn_best"]] == pytest.approx(sim, abs=1e-5)
+            assert X[i, col["knn_first"]] == pytest.approx(1 / rank)
 
         # linked and hop1: the best name matches, weighted by their share of the best match
         linked = conn.execute("select node_id, score from stark.bm25_scores(%s, 'name', %s) "
@@ -104,6 +112,29 @@ def test_the_sql_score_equals_lightgbms_prediction_and_search_ranks_by_it(traine
         ranking = get_method("fusion").search(conn, SKB, body, 10)
         expected = sorted(range(len(ids)), key=lambda i: (-predicted[i], ids[i]))[:10]
         assert [h.node_id for h in ranking.hits] == [ids[i] for i in expected]
+
+
+def test_a_model_trained_before_the_last_features_still_ranks_and_a_changed_one_is_refused(trained):
+    """New features are appended: a model whose features are the first of those computed ranks as before
+    (its trees read their old places); one whose features no longer match is refused with the command
+    that retrains it."""
+    url, _ = trained
+    with connect(url) as conn:
+        skb_id = conn.execute("select skb_id from stark.skb where name = %s", (SKB,)).fetchone()[0]
+        model = load(conn, skb_id, SKB, "default")
+        names = list(sql().fusion_feature_names(conn, skb=SKB, model=MODEL, trained_dense=False))
+        assert model.features == names and names[-2:] == ["knn_best", "knn_first"]
+        with conn.transaction(force_rollback=True):
+            conn.execute("update stark.fusion_model set features = features[1:cardinality(features) - 2] "
+                         "where skb_id = %s and name = 'default'", (skb_id,))
+            older = load(conn, skb_id, SKB, "default")
+            assert len(older.features) == len(names) - 2
+            body = "which drugs target genes"
+            assert get_method("fusion").search(conn, SKB, body, 5).hits
+            conn.execute("update stark.fusion_model set features[1] = 'no such feature' "
+                         "where skb_id = %s and name = 'default'", (skb_id,))
+            with pytest.raises(MissingIndex, match=r"feature 1 \(no such feature\).*stark-pg train fusion syn-fusion"):
+                load(conn, skb_id, SKB, "default")
 
 
 def test_train_and_search_from_the_command_line(trained):
@@ -143,7 +174,8 @@ def test_trained_dense_is_cross_fitted_and_equals_its_cosine(trained):
         queries = train.queries[:6]
         fitted = cross_fitted(conn, skb_id, queries, "xf", 2)
         names = list(sql().fusion_feature_names(conn, skb=SKB, model=MODEL, trained_dense=True))
-        assert names[-1] == "trained_dense"
+        assert names[-3:] == ["trained_dense", "knn_best", "knn_first"]     # the newer features after it
+        dense_col = names.index("trained_dense")
         for q, f in zip(queries, fitted):
             (model,) = f.models
             k = models.index(model)
@@ -163,13 +195,13 @@ def test_trained_dense_is_cross_fitted_and_equals_its_cosine(trained):
         ids, X = query_features(conn, SKB, q.body, encode_query(q.body), FusionSettings(), MODEL, f)
         assert X.shape[1] == len(names)
         expected = cosines(ids, f.models[0], f.vectors[0])
-        assert list(X[:, -1]) == pytest.approx([expected[n] for n in ids], abs=1e-5)
+        assert list(X[:, dense_col]) == pytest.approx([expected[n] for n in ids], abs=1e-5)
 
         new = search_dense("which drugs target genes", models)
         ids, X = query_features(conn, SKB, "which drugs target genes", encode_query("which drugs target genes"),
                                 FusionSettings(), MODEL, new)
         each = [cosines(ids, m, v) for m, v in zip(new.models, new.vectors)]
-        assert list(X[:, -1]) == pytest.approx([(each[0][n] + each[1][n]) / 2 for n in ids], abs=1e-5)
+        assert list(X[:, dense_col]) == pytest.approx([(each[0][n] + each[1][n]) / 2 for n in ids], abs=1e-5)
 
         report = train_fusion(conn, SKB, FusionSettings(name="xf", limit=30, rounds=[5], folds=2, min_data_in_leaf=5,
                                                         dense="xf"))

@@ -21,6 +21,12 @@
 --     fine-tuned dense models (stark.mean_cosine: the mean over the models given). Training passes, for
 --     each training question, only the model trained without its fold (cross-fitting: a question never
 --     gets a score from a model that was trained on it); search passes every fold's model.
+--   knn_best, knn_first: the cosine of the nearest of those `knn` training queries that has the
+--     candidate as an answer, and 1 over its rank among them (0 for a candidate none of them has).
+--     knn_answer sums over the neighbours; these say how near the nearest one is, which sets apart the
+--     answers of a question's closest twin (a sharper signal, measured on held-out draws of train:
+--     docs/fusion.md). They come last, after trained_dense, so that a model trained before them keeps
+--     its features' places and still ranks (stark_pg/train/fusion_model.py checks it).
 
 create or replace function stark.mean_cosine(skb_name text, node_ids bigint[], models text[], qvecs vector[])
 returns table (node_id bigint, score double precision)
@@ -76,7 +82,8 @@ language sql stable as $$
         union all
         select 100000 + x.o, x.n
         from (values (1, 'type_share'), (2, 'knn_answer'), (3, 'linked'), (4, 'hop1'), (5, 'hop2'),
-                     (6, case when trained_dense then 'trained_dense' end)) as x(o, n)
+                     (6, case when trained_dense then 'trained_dense' end), (7, 'knn_best'),
+                     (8, 'knn_first')) as x(o, n)
         where x.n is not null) f
         order by f.o)
 $$;
@@ -113,7 +120,8 @@ language sql stable as $$
         select v.node_type, v.share
         from stark.answer_type_votes(skb_name, qvec, 'train', knn, model, query) v),
     near as materialized (
-        select q.answer_ids, 1 - (v.vec <=> qvec) as sim
+        select q.answer_ids, 1 - (v.vec <=> qvec) as sim,
+               row_number() over (order by v.vec <=> qvec, q.query_id) as rank
         from stark.query q
         join stark.query_vector v on v.skb_id = q.skb_id and v.query_id = q.query_id and v.model = fusion_features.model
                                    and v.body_md5 = md5(q.body)
@@ -121,7 +129,8 @@ language sql stable as $$
         order by v.vec <=> qvec, q.query_id
         limit knn),
     knn_answers as materialized (
-        select a.node_id, sum(n.sim / sqrt(cardinality(n.answer_ids))) as w
+        select a.node_id, sum(n.sim / sqrt(cardinality(n.answer_ids))) as w, max(n.sim) as best,
+               min(n.rank) as first
         from near n cross join lateral unnest(n.answer_ids) as a(node_id)
         group by a.node_id),
     linked as materialized (
@@ -150,6 +159,7 @@ language sql stable as $$
                     coalesce(h2.w, 0)]::double precision[]
            || case when cardinality(dense_models) > 0 then array[coalesce(td.score, 0)]
                    else '{}' end::double precision[]
+           || array[coalesce(ka.best, 0), coalesce(1.0 / ka.first, 0)]::double precision[]
     from per_node pn
     join stark.node n on n.skb_id = (select id from skb) and n.node_id = pn.node_id
     left join votes vt on vt.node_type = n.type

@@ -86,7 +86,8 @@ def contributions(conn, skb: str, query: str, vector, model: FusionModel, node_i
     ids, X = query_features(conn, skb, query, vector, settings, model.embed_model, dense)
     position = {n: i for i, n in enumerate(ids)}
     shown = [n for n in node_ids if n in position]
-    values = model.booster().predict(X[[position[n] for n in shown]], pred_contrib=True)
+    rows = X[[position[n] for n in shown]][:, : len(model.features)]     # a model older than the last features
+    values = model.booster().predict(rows, pred_contrib=True)
     out = {}
     for node, row in zip(shown, np.atleast_2d(values)):
         top = sorted(zip(model.features, row[:-1]), key=lambda x: -abs(x[1]))[:10]

@@ -74,4 +74,21 @@ def load(conn: psycopg.Connection, skb_id: int, skb: str, name: str) -> FusionMo
         trained = ", ".join(r[0] for r in sql().fusion_model_names(conn, skb_id=skb_id)) or "none"
         raise MissingIndex(f"no fusion model {name!r} for SKB {skb!r} (trained: {trained}); "
                            f"run `stark-pg train fusion {skb}`")
-    return FusionModel(row[0], row[1], list(row[2]), row[3], row[4], row[5], row[6], row[7])
+    model = FusionModel(row[0], row[1], list(row[2]), row[3], row[4], row[5], row[6], row[7])
+    check_features(model, list(sql().fusion_feature_names(conn, skb=skb, model=model.embed_model,
+                                                          trained_dense=bool(model.settings.get("dense")))), skb)
+    return model
+
+
+def check_features(model: FusionModel, computed: list[str], skb: str) -> None:
+    """A model ranks by `f[i]`, the places its features had when it was trained: they must still be the
+    first of the features stark.fusion_features computes. New features are appended for that reason (a
+    model trained before them keeps ranking and ignores them); any other change needs a retrained model."""
+    if computed[: len(model.features)] != model.features:
+        changed = next((i for i, (a, b) in enumerate(zip(model.features, computed)) if a != b),
+                       min(len(model.features), len(computed)))
+        raise MissingIndex(
+            f"fusion model {model.name!r} of SKB {skb!r} was trained on {len(model.features)} features, and "
+            f"feature {changed + 1} ({model.features[changed] if changed < len(model.features) else 'none'}) "
+            f"is now computed as {computed[changed] if changed < len(computed) else 'none'}; retrain it: "
+            f"`stark-pg train fusion {skb} --name {model.name}`")
