@@ -75,9 +75,15 @@ def load(conn: psycopg.Connection, skb_id: int, skb: str, name: str) -> FusionMo
         raise MissingIndex(f"no fusion model {name!r} for SKB {skb!r} (trained: {trained}); "
                            f"run `stark-pg train fusion {skb}`")
     model = FusionModel(row[0], row[1], list(row[2]), row[3], row[4], row[5], row[6], row[7])
-    check_features(model, list(sql().fusion_feature_names(conn, skb=skb, model=model.embed_model,
-                                                          trained_dense=bool(model.settings.get("dense")))), skb)
+    checked = (conn.info.dsn, skb_id, name, row[8], tuple(model.features))
+    if checked not in _CHECKED:         # naming the features costs about 45 ms, more than a third of a search
+        check_features(model, list(sql().fusion_feature_names(conn, skb=skb, model=model.embed_model,
+                                                              trained_dense=bool(model.settings.get("dense")))), skb)
+        _CHECKED.add(checked)
     return model
+
+
+_CHECKED: set[tuple] = set()       # (database, SKB, model, trained_at, features) found usable in this process
 
 
 def check_features(model: FusionModel, computed: list[str], skb: str) -> None:
