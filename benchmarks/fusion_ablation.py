@@ -39,6 +39,17 @@ GROUPS = {
 }
 
 
+def variants(names: list[str], groups: bool = True) -> list[tuple[str, list[int]]]:
+    """(label, feature columns kept): all features and, with `groups`, all but each group of GROUPS that
+    these features have (a group absent from this SKB, e.g. trained_dense, gives no variant)."""
+    out = [("all features", list(range(len(names))))]
+    for group, drop in GROUPS.items() if groups else []:
+        keep = [i for i, n in enumerate(names) if not drop(n)]
+        if len(keep) < len(names):
+            out.append((f"without {group}", keep))
+    return out
+
+
 def main() -> None:
     import lightgbm
 
@@ -93,10 +104,7 @@ def main() -> None:
     rounds = args.rounds or conn.execute("select (settings ->> 'chosen_rounds')::int from stark.fusion_model "
                                          "where skb_id = %s and name = 'default'", (skb_id,)).fetchone()[0]
     table = []
-    for label, drop in [("all features", lambda n: False)] + [(f"without {g}", f) for g, f in GROUPS.items()]:
-        keep = [i for i, n in enumerate(names) if not drop(n)]
-        if len(keep) == len(names) and label != "all features":
-            continue                                        # a group this SKB's features do not have
+    for label, keep in variants(names):
         fit_started = time.perf_counter()
         booster = fit(data["train"], keep, rounds)
         fit_seconds = time.perf_counter() - fit_started

@@ -30,7 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from fusion_ablation import GROUPS  # noqa: E402
+from fusion_ablation import variants  # noqa: E402
 
 from stark_pg.db import connect  # noqa: E402
 from stark_pg.embed import canonical_name, encode  # noqa: E402
@@ -203,11 +203,7 @@ def main() -> None:
                 if cached_extra:
                     cached_extra.write_bytes(pickle.dumps(extra_rows))
             fit_rows = fit_rows + extra_rows
-        groups = list(GROUPS.items()) if args.groups else []
-        for label, drop in [("all features", lambda n: False)] + [(f"without {g}", f) for g, f in groups]:
-            keep = [i for i, n in enumerate(names) if not drop(n)]
-            if len(keep) == len(names) and label != "all features":
-                continue                                        # a group this SKB's features do not have
+        for label, keep in variants(names, args.groups):
             usable = [r for r in fit_rows if len(r[1])]
             matrix = (lambda X: relative(X[:, keep])) if args.relative else (lambda X: X[:, keep])
             data = lightgbm.Dataset(np.vstack([matrix(r[2]) for r in usable]), np.concatenate([r[3] for r in usable]),

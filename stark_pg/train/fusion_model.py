@@ -91,10 +91,9 @@ def check_features(model: FusionModel, computed: list[str], skb: str) -> None:
     first of the features stark.fusion_features computes. New features are appended for that reason (a
     model trained before them keeps ranking and ignores them); any other change needs a retrained model."""
     if computed[: len(model.features)] != model.features:
-        changed = next((i for i, (a, b) in enumerate(zip(model.features, computed)) if a != b),
-                       min(len(model.features), len(computed)))
+        changed = next(i for i, name in enumerate(model.features) if i >= len(computed) or computed[i] != name)
         raise MissingIndex(
             f"fusion model {model.name!r} of SKB {skb!r} was trained on {len(model.features)} features, and "
-            f"feature {changed + 1} ({model.features[changed] if changed < len(model.features) else 'none'}) "
+            f"feature {changed + 1} ({model.features[changed]}) "
             f"is now computed as {computed[changed] if changed < len(computed) else 'none'}; retrain it: "
             f"`stark-pg train fusion {skb} --name {model.name}`")
