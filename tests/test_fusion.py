@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from stark_pg.retrieve import MissingIndex, get_method
 from stark_pg.retrieve.focus.answer_type import embed_split
 from stark_pg.retrieve.fusion import template
 from stark_pg.train.fusion import FusionSettings, query_features, train_fusion
-from stark_pg.train.fusion_model import load
+from stark_pg.train.fusion_model import load, train_command
 
 SKB = "syn-fusion"
 MODEL = "all-MiniLM-L6-v2"
@@ -133,8 +134,18 @@ def test_a_model_trained_before_the_last_features_still_ranks_and_a_changed_one_
             assert get_method("fusion").search(conn, SKB, body, 5).hits
             conn.execute("update stark.fusion_model set features[1] = 'no such feature' "
                          "where skb_id = %s and name = 'default'", (skb_id,))
-            with pytest.raises(MissingIndex, match=r"feature 1 \(no such feature\).*stark-pg train fusion syn-fusion"):
+            with pytest.raises(MissingIndex, match=r"feature 1 \(no such feature\).*`stark-pg train fusion syn-fusion "
+                                                    r"--rounds 5,15 --folds 2 --limit 40`"):
                 load(conn, skb_id, SKB, "default")
+
+
+def test_the_retrain_command_repeats_every_option_that_is_not_the_default():
+    """The command a refused model's error names must train the same features again: a model trained with
+    --dense has trained_dense, and a retrain without --dense would lack it."""
+    settings = asdict(FusionSettings(name="xf", dense="dense-xf", rounds=[100], extra_train="../qa dir"))
+    assert train_command("my skb", settings) == ("stark-pg train fusion 'my skb' --name xf --rounds 100 "
+                                                 "--dense dense-xf --extra-train '../qa dir'")
+    assert train_command("s", asdict(FusionSettings()) | {"chosen_rounds": 100}) == "stark-pg train fusion s"
 
 
 def test_train_and_search_from_the_command_line(trained):

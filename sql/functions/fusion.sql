@@ -59,12 +59,14 @@ comment on function stark.mean_cosine(text, bigint[], text[], vector[]) is
 create or replace function stark.fusion_pairs(skb_name text, model text default 'all-MiniLM-L6-v2')
 returns table (ord int, field text, scorer text)
 language sql stable as $$
+    -- stark.mfar_fields read once (it scans the SKB's fields, relations and chunk kinds: about 11 ms on
+    -- the slice, paid by every fusion search)
+    with fields as materialized (select f.field, f.lexical, f.dense, row_number() over () as n
+                                 from stark.mfar_fields(skb_name, model) f)
     select (row_number() over (order by p.scorer desc, p.n))::int, p.field, p.scorer
-    from (select f.field, 'lexical'::text as scorer, row_number() over () as n
-          from stark.mfar_fields(skb_name, model) f where f.lexical
+    from (select f.field, 'lexical'::text as scorer, f.n from fields f where f.lexical
           union all
-          select f.field, 'dense', row_number() over ()
-          from stark.mfar_fields(skb_name, model) f where f.dense) p
+          select f.field, 'dense', f.n from fields f where f.dense) p
 $$;
 comment on function stark.fusion_pairs(text, text) is
     'Learned fusion: the (field, scorer) pairs whose scores are features, in feature order.';
@@ -74,10 +76,11 @@ create or replace function stark.fusion_feature_names(skb_name text, model text 
                                                       trained_dense boolean default false)
 returns text[]
 language sql stable as $$
+    with pairs as materialized (select * from stark.fusion_pairs(skb_name, model))
     select array(select n from (
-        select p.ord * 2 as o, p.field || '|' || p.scorer as n from stark.fusion_pairs(skb_name, model) p
+        select p.ord * 2 as o, p.field || '|' || p.scorer as n from pairs p
         union all
-        select p.ord * 2 + 1, p.field || '|' || p.scorer || '|norm' from stark.fusion_pairs(skb_name, model) p
+        select p.ord * 2 + 1, p.field || '|' || p.scorer || '|norm' from pairs p
         where p.scorer = 'lexical'
         union all
         select 100000 + x.o, x.n
@@ -98,7 +101,7 @@ create or replace function stark.fusion_features(
 returns table (node_id bigint, f double precision[])
 language sql stable as $$
     with skb as (select stark.require_skb(skb_name) as id),
-    pairs as (select * from stark.fusion_pairs(skb_name, model)),
+    pairs as materialized (select * from stark.fusion_pairs(skb_name, model)),
     scores as materialized (
         select s.* from stark.mfar_field_scores(
             skb_name, query, qvec, model,

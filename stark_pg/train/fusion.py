@@ -12,7 +12,7 @@ the model is then fitted on all of them. Validation and test splits are never re
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import psycopg
@@ -26,27 +26,7 @@ from stark_pg.retrieve.focus.answer_type import embed_split
 from stark_pg.skb.catalog import require_skb
 from stark_pg.train.dense import FOLD_SEED
 from stark_pg.train.extra_queries import ExtraQueries, read_extra_training_queries
-from stark_pg.train.fusion_model import FusionModel, compile_sql, save
-
-
-@dataclass
-class FusionSettings:
-    name: str = "default"
-    model: str | None = None          # embedding model of the features (default: all-MiniLM-L6-v2)
-    pool: int = 100                   # shortlist per (field, scorer), as mFAR's
-    knn: int = 10                     # nearest training queries for type_share and knn_answer
-    link: int = 5                     # name matches taken as the entities the question names
-    rounds: list[int] = field(default_factory=lambda: [100, 200, 400])   # chosen among by cross-validation
-    folds: int = 5
-    leaves: int = 15
-    learning_rate: float = 0.05
-    min_data_in_leaf: int = 20
-    seed: int = 1
-    limit: int | None = None          # only the first N training queries (a quick run)
-    dense: str | None = None          # cross-fitted dense models NAME-fold<k>of<n> (`train dense --fold k/n`)
-    dense_folds: int = 2              # n: how many of them
-    extra_train: str | None = None    # a STaRK QA directory: also fit on its training questions the SKB lacks
-    extra_min_share: float = 0.0      # of those, only questions with at least this share of answers inside
+from stark_pg.train.fusion_model import FusionModel, FusionSettings, compile_sql, save
 
 
 @dataclass

@@ -11,12 +11,55 @@ feature vectors.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import shlex
+from dataclasses import dataclass, field, fields
 
 import psycopg
 
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import MissingIndex
+
+
+@dataclass
+class FusionSettings:
+    """How a fusion model is trained (`stark-pg train fusion`'s options); stored with the model."""
+    name: str = "default"
+    model: str | None = None          # embedding model of the features (default: all-MiniLM-L6-v2)
+    pool: int = 100                   # shortlist per (field, scorer), as mFAR's
+    knn: int = 10                     # nearest training queries for type_share and knn_answer
+    link: int = 5                     # name matches taken as the entities the question names
+    rounds: list[int] = field(default_factory=lambda: [100, 200, 400])   # chosen among by cross-validation
+    folds: int = 5
+    leaves: int = 15
+    learning_rate: float = 0.05
+    min_data_in_leaf: int = 20
+    seed: int = 1
+    limit: int | None = None          # only the first N training queries (a quick run)
+    dense: str | None = None          # cross-fitted dense models NAME-fold<k>of<n> (`train dense --fold k/n`)
+    dense_folds: int = 2              # n: how many of them
+    extra_train: str | None = None    # a STaRK QA directory: also fit on its training questions the SKB lacks
+    extra_min_share: float = 0.0      # of those, only questions with at least this share of answers inside
+
+
+# `stark-pg train fusion`'s option for each setting it has one for (link and min_data_in_leaf have none)
+OPTIONS = {"name": "--name", "model": "--model", "pool": "--pool", "knn": "--knn", "rounds": "--rounds",
+           "folds": "--folds", "leaves": "--leaves", "learning_rate": "--learning-rate", "seed": "--seed",
+           "limit": "--limit", "dense": "--dense", "dense_folds": "--dense-folds", "extra_train": "--extra-train",
+           "extra_min_share": "--extra-min-share"}
+
+
+def train_command(skb: str, settings: dict) -> str:
+    """The `stark-pg train fusion` command that trains a model again with its stored settings: every
+    option whose value is not the default (a model trained with --dense needs it again, or its
+    trained_dense feature would be missing)."""
+    defaults = FusionSettings()
+    words = ["stark-pg", "train", "fusion", shlex.quote(skb)]
+    for f in fields(FusionSettings):
+        value = settings.get(f.name, getattr(defaults, f.name))
+        if f.name in OPTIONS and value != getattr(defaults, f.name):
+            text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
+            words += [OPTIONS[f.name], shlex.quote(text)]
+    return " ".join(words)
 
 
 @dataclass
@@ -73,7 +116,7 @@ def load(conn: psycopg.Connection, skb_id: int, skb: str, name: str) -> FusionMo
     if row is None:
         trained = ", ".join(r[0] for r in sql().fusion_model_names(conn, skb_id=skb_id)) or "none"
         raise MissingIndex(f"no fusion model {name!r} for SKB {skb!r} (trained: {trained}); "
-                           f"run `stark-pg train fusion {skb}`")
+                           f"run `{train_command(skb, {'name': name})}`")
     model = FusionModel(row[0], row[1], list(row[2]), row[3], row[4], row[5], row[6], row[7])
     checked = (conn.info.dsn, skb_id, name, row[8], tuple(model.features))
     if checked not in _CHECKED:         # naming the features costs about 45 ms, more than a third of a search
@@ -96,4 +139,4 @@ def check_features(model: FusionModel, computed: list[str], skb: str) -> None:
             f"fusion model {model.name!r} of SKB {skb!r} was trained on {len(model.features)} features, and "
             f"feature {changed + 1} ({model.features[changed]}) "
             f"is now computed as {computed[changed] if changed < len(computed) else 'none'}; retrain it: "
-            f"`stark-pg train fusion {skb} --name {model.name}`")
+            f"`{train_command(skb, model.settings | {'name': model.name})}`")
