@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict
+from dataclasses import asdict, fields
 
 import numpy as np
 import pytest
@@ -17,7 +17,7 @@ from stark_pg.retrieve import MissingIndex, get_method
 from stark_pg.retrieve.focus.answer_type import embed_split
 from stark_pg.retrieve.fusion import template
 from stark_pg.train.fusion import FusionSettings, query_features, train_fusion
-from stark_pg.train.fusion_model import load, train_command
+from stark_pg.train.fusion_model import NO_OPTION, load, option, train_command
 
 SKB = "syn-fusion"
 MODEL = "all-MiniLM-L6-v2"
@@ -146,6 +146,13 @@ def test_the_retrain_command_repeats_every_option_that_is_not_the_default():
     assert train_command("my skb", settings) == ("stark-pg train fusion 'my skb' --name xf --rounds 100 "
                                                  "--dense dense-xf --extra-train '../qa dir'")
     assert train_command("s", asdict(FusionSettings()) | {"chosen_rounds": 100}) == "stark-pg train fusion s"
+    from stark_pg.cli.train import app
+    from typer.main import get_command
+
+    command = get_command(app).commands["fusion"]
+    flags = {flag for param in command.params for flag in param.opts}
+    assert {option(f.name) for f in fields(FusionSettings) if f.name not in NO_OPTION} <= flags
+    assert not {option(name) for name in NO_OPTION} & flags, "NO_OPTION lists a setting that has an option"
 
 
 def test_train_and_search_from_the_command_line(trained):

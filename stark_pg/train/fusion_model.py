@@ -41,11 +41,13 @@ class FusionSettings:
     extra_min_share: float = 0.0      # of those, only questions with at least this share of answers inside
 
 
-# `stark-pg train fusion`'s option for each setting it has one for (link and min_data_in_leaf have none)
-OPTIONS = {"name": "--name", "model": "--model", "pool": "--pool", "knn": "--knn", "rounds": "--rounds",
-           "folds": "--folds", "leaves": "--leaves", "learning_rate": "--learning-rate", "seed": "--seed",
-           "limit": "--limit", "dense": "--dense", "dense_folds": "--dense-folds", "extra_train": "--extra-train",
-           "extra_min_share": "--extra-min-share"}
+# the settings `stark-pg train fusion` has no option for; every other one is `--<setting, - for _>`
+NO_OPTION = {"link", "min_data_in_leaf"}
+
+
+def option(setting: str) -> str:
+    """`stark-pg train fusion`'s option for a setting (tests/test_fusion.py checks each one exists)."""
+    return "--" + setting.replace("_", "-")
 
 
 def train_command(skb: str, settings: dict) -> str:
@@ -56,9 +58,9 @@ def train_command(skb: str, settings: dict) -> str:
     words = ["stark-pg", "train", "fusion", shlex.quote(skb)]
     for f in fields(FusionSettings):
         value = settings.get(f.name, getattr(defaults, f.name))
-        if f.name in OPTIONS and value != getattr(defaults, f.name):
+        if f.name not in NO_OPTION and value != getattr(defaults, f.name):
             text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
-            words += [OPTIONS[f.name], shlex.quote(text)]
+            words += [option(f.name), shlex.quote(text)]
     return " ".join(words)
 
 
