@@ -106,13 +106,83 @@ def test_the_sql_score_equals_lightgbms_prediction_and_search_ranks_by_it(traine
         body = conn.execute("select body from stark.query where skb_id = %s and split = 'val' order by query_id "
                             "limit 1", (skb_id,)).fetchone()[0]
         ids, X = query_features(conn, SKB, body, encode_query(body), FusionSettings(), MODEL)
-        predicted = model.booster().predict(X)
+        predicted = model.predict(X)
         assert np.ptp(predicted) > 0, "a model that scores every candidate alike tests nothing"
         in_sql = [conn.execute(template("score_one", model), {"f": list(map(float, row))}).fetchone()[0] for row in X]
         assert in_sql == pytest.approx(list(predicted), rel=1e-9, abs=1e-9)
         ranking = get_method("fusion").search(conn, SKB, body, 10)
         expected = sorted(range(len(ids)), key=lambda i: (-predicted[i], ids[i]))[:10]
         assert [h.node_id for h in ranking.hits] == [ids[i] for i in expected]
+
+
+def test_a_bag_scores_by_its_models_mean_in_sql_and_in_its_explanation(trained):
+    """`--bag 3`: three models with consecutive seeds, stored each; the SQL equals their mean prediction,
+    the explanation's contributions add up to it, and the retrain command repeats --bag."""
+    url, _ = trained
+    with connect(url) as conn:
+        skb_id = conn.execute("select skb_id from stark.skb where name = %s", (SKB,)).fetchone()[0]
+        report = train_fusion(conn, SKB, FusionSettings(name="bag", limit=40, rounds=[15], folds=2,
+                                                        min_data_in_leaf=5, bag=3))
+        assert report["bag"] == 3
+        bag = load(conn, skb_id, SKB, "bag")
+        single = load(conn, skb_id, SKB, "default")
+        assert len(bag.booster_texts) == 3 and len(single.booster_texts) == 1
+        assert bag.score_sql.endswith(" / 3::float8)")
+        body = conn.execute("select body from stark.query where skb_id = %s and split = 'val' order by query_id "
+                            "limit 1 offset 1", (skb_id,)).fetchone()[0]
+        ids, X = query_features(conn, SKB, body, encode_query(body), FusionSettings(), MODEL)
+        each = [b.predict(X) for b in bag.boosters()]
+        assert min(np.abs(each[0] - e).max() for e in each[1:]) > 0, "the seeds fitted the same model"
+        assert list(bag.predict(X)) == pytest.approx(list(np.mean(each, axis=0)), rel=1e-12)
+        in_sql = [conn.execute(template("score_one", bag), {"f": list(map(float, row))}).fetchone()[0] for row in X]
+        assert in_sql == pytest.approx(list(bag.predict(X)), rel=1e-9, abs=1e-9)
+        assert bag.contributions(X).sum(axis=1) == pytest.approx(list(bag.predict(X)), rel=1e-9, abs=1e-9)
+
+        options = get_method("fusion").Options(name="bag", explain=True)
+        ranking = get_method("fusion").search(conn, SKB, body, 5, options)
+        predicted = bag.predict(X)
+        assert [h.node_id for h in ranking.hits] == [ids[i] for i in sorted(range(len(ids)),
+                                                                             key=lambda i: (-predicted[i], ids[i]))[:5]]
+        assert ranking.trace["bag"] == 3 and ranking.trace["contributions"]
+        top = ranking.hits[0]
+        shown = ranking.trace["contributions"][str(top.node_id)]
+        full = bag.contributions(X[[ids.index(top.node_id)]])[0]
+        assert shown["(bias)"] == pytest.approx(full[-1], abs=1e-4)
+        assert train_command(SKB, bag.settings | {"name": "bag"}) == (
+            "stark-pg train fusion syn-fusion --name bag --rounds 15 --folds 2 --bag 3 --limit 40")
+
+
+def test_migration_0035_keeps_each_stored_model_and_refuses_to_drop_a_bag(db_url):
+    """0035 turns a stored model's text into a bag of one (its score unchanged); the downgrade gives it
+    back, and refuses, naming it, while a bag of several is stored. (psycopg's own connections: stark-pg's
+    would upgrade the database on connecting.)"""
+    import psycopg
+    from alembic import command
+
+    from stark_pg.db.migrate import alembic_config, upgrade
+
+    command.downgrade(alembic_config(db_url), "0034")
+    with psycopg.connect(db_url) as c:
+        c.execute("insert into stark.skb (skb_id, name) values (7, 'sk')")
+        c.execute("insert into stark.fusion_model (skb_id, name, embed_model, features, booster, score_sql, "
+                  "settings, metrics, importance) values (7, 'one', 'm', '{a}', 'tree text', '0', '{}', '{}', '{}')")
+        c.commit()
+    upgrade(db_url)
+    with psycopg.connect(db_url) as c:
+        assert c.execute("select boosters from stark.fusion_model").fetchall() == [(["tree text"],)]
+        c.execute("insert into stark.fusion_model (skb_id, name, embed_model, features, boosters, score_sql, "
+                  "settings, metrics, importance) values (7, 'three', 'm', '{a}', '{x,y,z}', '0', '{}', '{}', '{}')")
+        c.commit()
+    with pytest.raises(RuntimeError, match=r"'three' of SKB 'sk' \(3 models\).*without --bag"):
+        command.downgrade(alembic_config(db_url), "0034")
+    with psycopg.connect(db_url) as c:
+        assert c.execute("select count(*) from stark.fusion_model").fetchone()[0] == 2      # nothing lost
+        c.execute("delete from stark.fusion_model where name = 'three'")
+        c.commit()
+    command.downgrade(alembic_config(db_url), "0034")
+    with psycopg.connect(db_url) as c:
+        assert c.execute("select booster from stark.fusion_model").fetchall() == [("tree text",)]
+    upgrade(db_url)
 
 
 def test_a_model_trained_before_the_last_features_still_ranks_and_a_changed_one_is_refused(trained):
@@ -287,7 +357,7 @@ def test_extra_training_questions_are_fitted_on_and_never_scored(trained, tmp_pa
         assert extra["extra_train"]["kept"] == 12
         stored = load(conn, skb_id, SKB, "extra")
         assert stored.settings["extra_queries"] == 12 and stored.settings["extra_train"] == str(qa)
-        assert stored.booster_text != load(conn, skb_id, SKB, "plain").booster_text     # the extra rows were fitted
+        assert stored.booster_texts != load(conn, skb_id, SKB, "plain").booster_texts     # the extra rows were fitted
         assert conn.execute("select count(*) from stark.query where skb_id = %s and query_id >= 10000000",
                             (skb_id,)).fetchone()[0] == 0                             # read, never stored
 

@@ -8,17 +8,17 @@ select node_id, f from stark.fusion_features(:skb, :query, :embedding, :model, :
                                              dense_models => :dense_models, dense_qvecs => :dense_qvecs)
 order by node_id;
 
--- name: save_fusion_model(skb_id, name, embed_model, features, booster, score_sql, settings, metrics, importance)!
-insert into stark.fusion_model (skb_id, name, embed_model, features, booster, score_sql, settings, metrics, importance)
-values (:skb_id, :name, :embed_model, cast(:features as text[]), :booster, :score_sql, cast(:settings as jsonb),
-        cast(:metrics as jsonb), cast(:importance as jsonb))
+-- name: save_fusion_model(skb_id, name, embed_model, features, boosters, score_sql, settings, metrics, importance)!
+insert into stark.fusion_model (skb_id, name, embed_model, features, boosters, score_sql, settings, metrics, importance)
+values (:skb_id, :name, :embed_model, cast(:features as text[]), cast(:boosters as text[]), :score_sql,
+        cast(:settings as jsonb), cast(:metrics as jsonb), cast(:importance as jsonb))
 on conflict (skb_id, name) do update
-    set embed_model = excluded.embed_model, features = excluded.features, booster = excluded.booster,
+    set embed_model = excluded.embed_model, features = excluded.features, boosters = excluded.boosters,
         score_sql = excluded.score_sql, settings = excluded.settings, metrics = excluded.metrics,
         importance = excluded.importance, trained_at = now();
 
 -- name: load_fusion_model(skb_id, name)^
-select name, embed_model, features, booster, score_sql, settings, metrics, importance, trained_at
+select name, embed_model, features, boosters, score_sql, settings, metrics, importance, trained_at
 from stark.fusion_model where skb_id = :skb_id and name = :name;
 
 -- name: fusion_model_names(skb_id)

@@ -275,7 +275,10 @@ def fusion(
     learning_rate: float = typer.Option(0.05, "--learning-rate"),
     pool: int = typer.Option(100, "--pool", help="Shortlist per (field, scorer) pair: the candidates."),
     knn: int = typer.Option(10, "--knn", help="Nearest training queries behind type_share and knn_answer."),
-    seed: int = typer.Option(1, "--seed"),
+    seed: int = typer.Option(1, "--seed", help="LightGBM's seed (it samples rows and features, 0.8 each)."),
+    bag: int = typer.Option(1, "--bag", min=1, metavar="N",
+                            help="Fit N models at the chosen rounds, seeds SEED..SEED+N-1, and rank by their "
+                                 "mean: steadier than one seed's model, N times the trees to score per search."),
     limit: int = typer.Option(None, "--limit", help="Only the first N training queries (a quick run)."),
     dense: str = typer.Option(None, "--dense", metavar="NAME",
                               help="Add trained_dense, the cosine under fine-tuned dense models NAME-fold<k>of<n> "
@@ -311,7 +314,7 @@ def fusion(
     if not candidates or min(candidates) < 1 or folds < 2 or leaves < 2 or not 0 < learning_rate <= 1:
         fail("--rounds must be positive, --folds and --leaves at least 2, --learning-rate in (0, 1]")
     settings = FusionSettings(name=model_name, model=model, pool=pool, knn=knn, rounds=candidates, folds=folds,
-                              leaves=leaves, learning_rate=learning_rate, seed=seed, limit=limit, dense=dense,
+                              leaves=leaves, learning_rate=learning_rate, seed=seed, bag=bag, limit=limit, dense=dense,
                               dense_folds=dense_folds, extra_train=str(extra_train) if extra_train else None,
                               extra_min_share=extra_min_share)
     with state(ctx).connect() as conn:
@@ -324,7 +327,9 @@ def fusion(
         return
     extra = f" (+{report['extra_queries']} from --extra-train)" if report["extra_queries"] else ""
     table = Table(title=f"fusion model {report['name']!r} on {name}: {report['queries']} training queries{extra}, "
-                        f"{report['features']} features, {report['seconds']:.0f} s", title_justify="left")
+                        f"{report['features']} features"
+                        + (f", a bag of {report['bag']} models" if report["bag"] > 1 else "")
+                        + f", {report['seconds']:.0f} s", title_justify="left")
     for column in ("rounds", "CV Hit@1", "CV MRR", "chosen"):
         table.add_column(column)
     for r, figures in report["cv"].items():

@@ -3,7 +3,7 @@
 Python embeds the query; one statement (sql/templates/fusion.sql) computes the candidates' features
 (stark.fusion_features) and orders them by the model compiled to SQL. Train a model first:
 `stark-pg train fusion SKB` (stark_pg/train/fusion.py). `--explain` adds each feature's contribution
-to the top results' scores (LightGBM's SHAP values, from the stored model).
+to the top results' scores (LightGBM's SHAP values from the stored model; a bag's mean).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
     rows = conn.execute(template("rank", model), params).fetchall()
     hits = [Hit(int(node_id), float(score)) for node_id, score in rows]
     trace = {"method": "fusion", "model": model.name, "features": len(model.features),
-             "trees": model.settings.get("chosen_rounds"),
+             "trees": model.settings.get("chosen_rounds"), "bag": len(model.booster_texts),
              "sql": "compiled trees over stark.fusion_features(skb, query, embedding, model, pool, knn, link"
                     + (", dense_models, dense_qvecs)" if dense else ")"),
              "dense_models": dense.models if dense else None,
@@ -78,7 +78,7 @@ def trained_dense(query: str, model: FusionModel):
 
 
 def contributions(conn, skb: str, query: str, vector, model: FusionModel, node_ids: list[int], dense=None) -> dict:
-    """{node: {feature: contribution}} (the largest ten by size, and the bias), from the stored booster."""
+    """{node: {feature: contribution}} (the largest ten by size, and the bias), from the stored models."""
     from stark_pg.train.fusion import FusionSettings, query_features
 
     s = model.settings
@@ -87,7 +87,7 @@ def contributions(conn, skb: str, query: str, vector, model: FusionModel, node_i
     position = {n: i for i, n in enumerate(ids)}
     shown = [n for n in node_ids if n in position]
     rows = X[[position[n] for n in shown]][:, : len(model.features)]     # a model older than the last features
-    values = model.booster().predict(rows, pred_contrib=True)
+    values = model.contributions(rows)
     out = {}
     for node, row in zip(shown, np.atleast_2d(values)):
         top = sorted(zip(model.features, row[:-1]), key=lambda x: -abs(x[1]))[:10]

@@ -6,7 +6,10 @@ graph proximity to the entities the question names). A ranker learned on `train`
 query far better than any fixed sum. PostgreSQL computes the features once per training query, with
 the very function search uses; LightGBM learns in seconds. The number of boosting rounds (the one
 setting that over- or under-fits) is chosen by k-fold cross-validation over the training queries;
-the model is then fitted on all of them. Validation and test splits are never read.
+the model is then fitted on all of them. With `bag` > 1, that many models are fitted there with
+consecutive seeds and rank by their mean: a fit samples rows and features (0.8 each), and on held-out
+parts of train one seed's model differed from the next by as much as the gains sought (docs/fusion.md).
+Validation and test splits are never read.
 """
 
 from __future__ import annotations
@@ -131,11 +134,14 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
     featured = time.perf_counter()
     params = lightgbm_params(settings)
 
-    def fit(part: list[QueryFeatures], rounds: int):
+    def fit(part: list[QueryFeatures], rounds: int, seeds: int = 1) -> list:
+        """`seeds` models fitted on the same rows with the seeds settings.seed, settings.seed + 1, ..."""
         usable = [q for q in part if len(q.node_ids)]
         train_set = lightgbm.Dataset(np.vstack([q.X for q in usable]), np.concatenate([q.y for q in usable]),
-                                     group=[len(q.node_ids) for q in usable], feature_name=_safe(names))
-        return lightgbm.train(params, train_set, num_boost_round=rounds)
+                                     group=[len(q.node_ids) for q in usable], feature_name=_safe(names),
+                                     free_raw_data=False)
+        return [lightgbm.train(params | {"seed": settings.seed + b}, train_set, num_boost_round=rounds)
+                for b in range(seeds)]
 
     order = np.random.default_rng(settings.seed).permutation(len(data))
     folds = np.array_split(order, settings.folds)
@@ -145,22 +151,22 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
             scores = []
             for k, held in enumerate(folds):
                 rest = [data[i] for j, f in enumerate(folds) if j != k for i in f]
-                booster = fit(rest + extra_data, rounds)
-                scores += [_query_metrics(booster, data[i], queries[i].answer_ids) for i in held]
+                (booster,) = fit(rest + extra_data, rounds)
+                scores += [_query_metrics(booster.predict, data[i], queries[i].answer_ids) for i in held]
                 stage.advance()
             cv[str(rounds)] = {m: round(float(np.mean([s[m] for s in scores])), 4) for m in ("hit@1", "mrr")}
     best = max(settings.rounds, key=lambda r: (cv[str(r)]["mrr"], -r))
-    booster = fit(data + extra_data, best)
-    gains = booster.feature_importance("gain")
+    boosters = fit(data + extra_data, best, settings.bag)
+    gains = np.mean([b.feature_importance("gain") for b in boosters], axis=0)
     importance = {n: round(float(g), 2) for n, g in sorted(zip(names, gains), key=lambda x: -x[1])}
-    fusion = FusionModel(settings.name, model, names, booster.model_to_string(), compile_sql(booster),
+    fusion = FusionModel(settings.name, model, names, [b.model_to_string() for b in boosters], compile_sql(boosters),
                          asdict(settings) | {"chosen_rounds": best, "queries": len(data),
                                              "extra_queries": len(extra_data)},
                          {"cv": cv, "chosen_rounds": best}, importance)
     save(conn, skb_id, fusion)
     return {"name": settings.name, "queries": len(data), "extra_queries": len(extra_data),
             "extra_train": extra.report or None, "features": len(names), "cv": cv, "chosen_rounds": best,
-            "importance": dict(list(importance.items())[:10]),
+            "bag": settings.bag, "importance": dict(list(importance.items())[:10]),
             "feature_seconds": round(featured - started, 1), "seconds": round(time.perf_counter() - started, 1)}
 
 
@@ -191,10 +197,10 @@ def ranked_by(node_ids: list[int], scores) -> list[int]:
     return [node_ids[i] for i in sorted(range(len(node_ids)), key=lambda i: (-scores[i], node_ids[i]))]
 
 
-def _query_metrics(booster, q: QueryFeatures, answer_ids: list[int]) -> dict:
+def _query_metrics(predict, q: QueryFeatures, answer_ids: list[int]) -> dict:
     if not q.node_ids:
         return {"hit@1": 0.0, "mrr": 0.0}
-    values = metrics.evaluate(ranked_by(q.node_ids, booster.predict(q.X)), answer_ids)
+    values = metrics.evaluate(ranked_by(q.node_ids, predict(q.X)), answer_ids)
     return {"hit@1": values["hit@1"], "mrr": values["mrr"]}
 
 

@@ -4,8 +4,9 @@ Why trees compiled to SQL: the ranking then happens where the features are compu
 statement (sql/templates/fusion.sql), with no round trip of the candidates to Python. Each tree
 becomes nested `CASE WHEN f[i] <= threshold THEN ... ELSE ... END` (the comparison LightGBM makes;
 the features are never NULL or NaN: stark.fusion_features gives 0 for a missing score), and the
-model is their sum. tests/test_fusion.py checks that the SQL equals `Booster.predict` on the same
-feature vectors.
+model is their sum. A bag (`train fusion --bag N`) is N such models fitted with N seeds; it scores
+by their mean, in SQL the sum of all their trees divided by N. tests/test_fusion.py checks that the SQL
+equals the models' own mean prediction on the same feature vectors.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import shlex
 from dataclasses import dataclass, field, fields
 
+import numpy as np
 import psycopg
 
 from stark_pg.resources import queries as sql
@@ -34,6 +36,7 @@ class FusionSettings:
     learning_rate: float = 0.05
     min_data_in_leaf: int = 20
     seed: int = 1
+    bag: int = 1                      # models fitted with seeds seed..seed+bag-1, scoring by their mean
     limit: int | None = None          # only the first N training queries (a quick run)
     dense: str | None = None          # cross-fitted dense models NAME-fold<k>of<n> (`train dense --fold k/n`)
     dense_folds: int = 2              # n: how many of them
@@ -69,22 +72,35 @@ class FusionModel:
     name: str
     embed_model: str
     features: list[str]
-    booster_text: str
+    booster_texts: list[str]          # LightGBM's text of each model of the bag (one without --bag)
     score_sql: str
     settings: dict
     metrics: dict
     importance: dict
 
-    def booster(self):
+    def boosters(self) -> list:
         import lightgbm
 
-        return lightgbm.Booster(model_str=self.booster_text)
+        return [lightgbm.Booster(model_str=text) for text in self.booster_texts]
+
+    def predict(self, X) -> np.ndarray:
+        """The score search ranks by: the mean of the bag's raw scores (what score_sql computes)."""
+        return np.mean([b.predict(X) for b in self.boosters()], axis=0)
+
+    def contributions(self, X) -> np.ndarray:
+        """Per row, each feature's SHAP value and the bias last (LightGBM's pred_contrib), averaged over
+        the bag: they add up to `predict`, as each model's add up to its own score."""
+        return np.mean([b.predict(X, pred_contrib=True) for b in self.boosters()], axis=0)
 
 
-def compile_sql(booster) -> str:
-    """The booster's raw score as one SQL expression over the double precision array `f`."""
-    trees = booster.dump_model()["tree_info"]
-    return "(" + "\n + ".join(_node_sql(t["tree_structure"]) for t in trees) + ")" if trees else "0"
+def compile_sql(boosters: list) -> str:
+    """The bag's mean raw score as one SQL expression over the double precision array `f`: every tree
+    of every model summed, divided by their number (a single model's sum is left undivided)."""
+    trees = [t for b in boosters for t in b.dump_model()["tree_info"]]
+    if not trees:
+        return "0"
+    total = "(" + "\n + ".join(_node_sql(t["tree_structure"]) for t in trees) + ")"
+    return total if len(boosters) == 1 else f"({total} / {len(boosters)}::float8)"
 
 
 def _node_sql(node: dict) -> str:
@@ -108,7 +124,7 @@ def _number(value: float) -> str:
 def save(conn: psycopg.Connection, skb_id: int, model: FusionModel) -> None:
     with conn.transaction():
         sql().save_fusion_model(conn, skb_id=skb_id, name=model.name, embed_model=model.embed_model,
-                                features=model.features, booster=model.booster_text, score_sql=model.score_sql,
+                                features=model.features, boosters=model.booster_texts, score_sql=model.score_sql,
                                 settings=json.dumps(model.settings), metrics=json.dumps(model.metrics),
                                 importance=json.dumps(model.importance))
 
@@ -119,7 +135,7 @@ def load(conn: psycopg.Connection, skb_id: int, skb: str, name: str) -> FusionMo
         trained = ", ".join(r[0] for r in sql().fusion_model_names(conn, skb_id=skb_id)) or "none"
         raise MissingIndex(f"no fusion model {name!r} for SKB {skb!r} (trained: {trained}); "
                            f"run `{train_command(skb, {'name': name})}`")
-    model = FusionModel(row[0], row[1], list(row[2]), row[3], row[4], row[5], row[6], row[7])
+    model = FusionModel(row[0], row[1], list(row[2]), list(row[3]), row[4], row[5], row[6], row[7])
     checked = (conn.info.dsn, skb_id, name, row[8], tuple(model.features))
     if checked not in _CHECKED:         # naming the features costs 8 ms (46 before migration 0034)
         check_features(model, list(sql().fusion_feature_names(conn, skb=skb, model=model.embed_model,
