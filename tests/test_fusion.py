@@ -116,18 +116,19 @@ def test_the_sql_score_equals_lightgbms_prediction_and_search_ranks_by_it(traine
 
 
 def test_a_bag_scores_by_its_models_mean_in_sql_and_in_its_explanation(trained):
-    """`--bag 3`: three models with consecutive seeds, stored each; the SQL equals their mean prediction,
-    the explanation's contributions add up to it, and the retrain command repeats --bag."""
-    url, _ = trained
+    """A bag (the default, --bag 3): three models with consecutive seeds, stored each, the first the very
+    model --bag 1 fits; the SQL equals their mean prediction, the explanation's contributions add up to
+    it, and a retrain command repeats --bag when it is not the default."""
+    url, report = trained
+    assert report["bag"] == FusionSettings().bag == 3
     with connect(url) as conn:
         skb_id = conn.execute("select skb_id from stark.skb where name = %s", (SKB,)).fetchone()[0]
-        report = train_fusion(conn, SKB, FusionSettings(name="bag", limit=40, rounds=[15], folds=2,
-                                                        min_data_in_leaf=5, bag=3))
-        assert report["bag"] == 3
-        bag = load(conn, skb_id, SKB, "bag")
-        single = load(conn, skb_id, SKB, "default")
-        assert len(bag.booster_texts) == 3 and len(single.booster_texts) == 1
-        assert bag.score_sql.endswith(" / 3::float8)")
+        bag = load(conn, skb_id, SKB, "default")
+        train_fusion(conn, SKB, FusionSettings(name="one", limit=40, rounds=[5, 15], folds=2, min_data_in_leaf=5,
+                                               bag=1))
+        one = load(conn, skb_id, SKB, "one")
+        assert len(bag.booster_texts) == 3 and one.booster_texts == bag.booster_texts[:1]
+        assert bag.score_sql.endswith(" / 3::float8)") and "/ 1::float8" not in one.score_sql
         body = conn.execute("select body from stark.query where skb_id = %s and split = 'val' order by query_id "
                             "limit 1 offset 1", (skb_id,)).fetchone()[0]
         ids, X = query_features(conn, SKB, body, encode_query(body), FusionSettings(), MODEL)
@@ -138,18 +139,17 @@ def test_a_bag_scores_by_its_models_mean_in_sql_and_in_its_explanation(trained):
         assert in_sql == pytest.approx(list(bag.predict(X)), rel=1e-9, abs=1e-9)
         assert bag.contributions(X).sum(axis=1) == pytest.approx(list(bag.predict(X)), rel=1e-9, abs=1e-9)
 
-        options = get_method("fusion").Options(name="bag", explain=True)
+        options = get_method("fusion").Options(explain=True)
         ranking = get_method("fusion").search(conn, SKB, body, 5, options)
         predicted = bag.predict(X)
         assert [h.node_id for h in ranking.hits] == [ids[i] for i in sorted(range(len(ids)),
                                                                              key=lambda i: (-predicted[i], ids[i]))[:5]]
-        assert ranking.trace["bag"] == 3 and ranking.trace["contributions"]
-        top = ranking.hits[0]
-        shown = ranking.trace["contributions"][str(top.node_id)]
-        full = bag.contributions(X[[ids.index(top.node_id)]])[0]
-        assert shown["(bias)"] == pytest.approx(full[-1], abs=1e-4)
-        assert train_command(SKB, bag.settings | {"name": "bag"}) == (
-            "stark-pg train fusion syn-fusion --name bag --rounds 15 --folds 2 --bag 3 --limit 40")
+        assert ranking.trace["bag"] == 3
+        top = ranking.hits[0].node_id
+        shown = ranking.trace["contributions"][str(top)]
+        assert shown["(bias)"] == pytest.approx(bag.contributions(X[[ids.index(top)]])[0][-1], abs=1e-4)
+        assert train_command(SKB, one.settings | {"name": "one"}) == (
+            "stark-pg train fusion syn-fusion --name one --rounds 5,15 --folds 2 --bag 1 --limit 40")
 
 
 def test_migration_0035_keeps_each_stored_model_and_refuses_to_drop_a_bag(db_url):

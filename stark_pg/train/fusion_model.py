@@ -36,7 +36,8 @@ class FusionSettings:
     learning_rate: float = 0.05
     min_data_in_leaf: int = 20
     seed: int = 1
-    bag: int = 1                      # models fitted with seeds seed..seed+bag-1, scoring by their mean
+    bag: int = 3                      # models fitted with seeds seed..seed+bag-1, scoring by their mean
+                                      # (3: the smallest on the plateau of 24 held-out draws, docs/fusion.md)
     limit: int | None = None          # only the first N training queries (a quick run)
     dense: str | None = None          # cross-fitted dense models NAME-fold<k>of<n> (`train dense --fold k/n`)
     dense_folds: int = 2              # n: how many of them
