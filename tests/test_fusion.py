@@ -145,6 +145,15 @@ def test_a_bag_scores_by_its_models_mean_in_sql_and_in_its_explanation(trained):
         assert [h.node_id for h in ranking.hits] == [ids[i] for i in sorted(range(len(ids)),
                                                                              key=lambda i: (-predicted[i], ids[i]))[:5]]
         assert ranking.trace["bag"] == 3
+        # the ranking statement is planned generically (retrieve.fusion.generic_plan); the caller's setting stays
+        # (inside the caller's transaction too, where it runs in a savepoint that a SET LOCAL outlives)
+        conn.execute("set plan_cache_mode = force_custom_plan")
+        with conn.transaction(force_rollback=True):
+            for _ in range(6):                     # psycopg prepares the statement on its fifth run
+                assert get_method("fusion").search(conn, SKB, body, 5).hits == ranking.hits
+            assert conn.execute("show plan_cache_mode").fetchone()[0] == "force_custom_plan"
+        assert conn.execute("show plan_cache_mode").fetchone()[0] == "force_custom_plan"
+        conn.execute("reset plan_cache_mode")
         top = ranking.hits[0].node_id
         shown = ranking.trace["contributions"][str(top)]
         assert shown["(bias)"] == pytest.approx(bag.contributions(X[[ids.index(top)]])[0][-1], abs=1e-4)
