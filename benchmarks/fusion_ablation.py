@@ -5,8 +5,9 @@ Run by hand (figures in the README's "Learned fusion" section):
 
 Features of every train and val query are computed once (stark.fusion_features, as search does);
 then for the full set and for the set without each group, LightGBM is fitted on all of train with
-the settings `stark-pg train fusion` uses and the number of rounds the stored model chose by
-cross-validation on train (`--rounds` overrides), and scored on val. Val never chooses anything.
+the settings `stark-pg train fusion` uses (a bag of as many models, `--bag` overrides) and the number
+of rounds the stored model chose by cross-validation on train (`--rounds` overrides), and scored on
+val. Val never chooses anything.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ def main() -> None:
     parser.add_argument("--dsn", default=None)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--rounds", type=int, default=None, help="default: the stored model 'default' chose")
+    parser.add_argument("--bag", type=int, default=FusionSettings().bag,
+                        help="models per variant, seeds 1..N, scoring by their mean (train fusion's default)")
     parser.add_argument("--features", default=None, help="a pickle file to keep the computed features in (re-runs "
                                                           "read it instead of computing them again)")
     args = parser.parse_args()
@@ -89,13 +92,14 @@ def main() -> None:
     def fit(rows, keep, rounds):
         rows = [r for r in rows if len(r[1])]
         ds = lightgbm.Dataset(np.vstack([r[2][:, keep] for r in rows]), np.concatenate([r[3] for r in rows]),
-                              group=[len(r[1]) for r in rows])
-        return lightgbm.train(params, ds, num_boost_round=rounds)
+                              group=[len(r[1]) for r in rows], free_raw_data=False)
+        return [lightgbm.train(params | {"seed": settings.seed + b}, ds, num_boost_round=rounds)
+                for b in range(args.bag)]
 
-    def score(booster, rows, keep):
+    def score(boosters, rows, keep):
         out = {"hit@1": [], "hit@5": [], "recall@20": [], "mrr": []}
         for q, ids, X, _ in rows:
-            ranked = ranked_by(ids, booster.predict(X[:, keep])) if len(ids) else []
+            ranked = ranked_by(ids, np.mean([b.predict(X[:, keep]) for b in boosters], axis=0)) if len(ids) else []
             values = metrics.evaluate(ranked, q.answer_ids)
             for m in out:
                 out[m].append(values[m])
@@ -106,10 +110,10 @@ def main() -> None:
     table = []
     for label, keep in variants(names):
         fit_started = time.perf_counter()
-        booster = fit(data["train"], keep, rounds)
+        boosters = fit(data["train"], keep, rounds)
         fit_seconds = time.perf_counter() - fit_started
-        val = score(booster, data["val"], keep)
-        table.append({"variant": label, "features": len(keep), "rounds": rounds,
+        val = score(boosters, data["val"], keep)
+        table.append({"variant": label, "features": len(keep), "rounds": rounds, "bag": args.bag,
                       "fit_seconds": round(fit_seconds, 1)} | val)
         print(json.dumps(table[-1]), flush=True)
     if args.json:

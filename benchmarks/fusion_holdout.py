@@ -147,8 +147,9 @@ def main() -> None:
     parser.add_argument("--dense", default=None, metavar="NAME",
                         help="add trained_dense from the fold models NAME-fold<k>of<n> (train dense --fold k/n)")
     parser.add_argument("--dense-folds", type=int, default=2)
-    parser.add_argument("--bag", type=int, default=1, metavar="N",
-                        help="score with the mean of N models fitted with seeds seed..seed+N-1 (bagging)")
+    parser.add_argument("--bag", type=int, default=FusionSettings().bag, metavar="N",
+                        help="score with the mean of N models fitted with LightGBM seeds 1..N, as `train fusion "
+                             "--bag N` (default: its default)")
     parser.add_argument("--relative", action="store_true",
                         help="add each feature minus its best value among the question's candidates")
     parser.add_argument("--extra-train", default=None, metavar="QA_DIR", type=Path,
