@@ -157,6 +157,8 @@ def test_a_bag_scores_by_its_models_mean_in_sql_and_in_its_explanation(trained):
         top = ranking.hits[0].node_id
         shown = ranking.trace["contributions"][str(top)]
         assert shown["(bias)"] == pytest.approx(bag.contributions(X[[ids.index(top)]])[0][-1], abs=1e-4)
+        with pytest.raises(ValueError, match="bag must be at least 1"):
+            train_fusion(conn, SKB, FusionSettings(name="none", limit=40, bag=0))
         assert train_command(SKB, one.settings | {"name": "one"}) == (
             "stark-pg train fusion syn-fusion --name one --rounds 5,15 --folds 2 --bag 1 --limit 40")
 
@@ -246,6 +248,8 @@ def test_train_and_search_from_the_command_line(trained):
     assert "feature contributions" in done.stdout
     bad = cli("search", SKB, "drugs", "-m", "fusion", "-o", "name=nosuch", expect=1)
     assert "run `stark-pg train fusion" in bad.stderr and "Traceback" not in bad.stderr
+    bad = cli("train", "fusion", SKB, "--bag", "0", "-q", expect=2)
+    assert "--bag" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_trained_dense_is_cross_fitted_and_equals_its_cosine(trained):

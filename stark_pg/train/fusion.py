@@ -105,6 +105,8 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
     import lightgbm
 
     settings = settings or FusionSettings()
+    if settings.bag < 1:
+        raise ValueError(f"bag must be at least 1 (the models averaged), not {settings.bag}")
     progress = progress or NullReporter()
     started = time.perf_counter()
     skb_id = require_skb(conn, skb)
