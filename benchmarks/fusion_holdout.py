@@ -8,9 +8,11 @@ Run by hand (figures in docs/fusion.md, "How far cross-validation can be trusted
         --extra-train ../shared/data/stark-qa/primekg      # also fit on STaRK's partly-inside training questions
     python benchmarks/fusion_holdout.py stark-prime-ibd --seed 1 --no-groups --features DIR --setting knn=20
 
-Why: `stark-pg train fusion` chooses its rounds by k-fold cross-validation over features computed once
+Why: `stark-pg train fusion` chose its rounds by k-fold cross-validation over features computed once
 for all training questions, so a held-out question's neighbour features (type_share, knn_answer) draw
-on the other held-out questions too. A val question's features draw on train only. Here a seeded 20%
+on the other held-out questions too. A val question's features draw on train only. (Since 2026-11-27
+its folds are held out the same way, stark_pg.train.fusion.hold_out; this check still gives many
+draws, and fits variants on features kept in DIR.) Here a seeded 20%
 of train is relabelled `holdout` inside a transaction that is rolled back (nothing is written), the
 features of every training question are computed then (the 80% see only each other, the 20% see only
 the 80%, exactly as val sees train), LightGBM is fitted on the 80% with `train fusion`'s settings, and
@@ -40,8 +42,8 @@ from stark_pg.resources import queries as sql  # noqa: E402
 from stark_pg.retrieve.focus.answer_type import embed_split  # noqa: E402
 from stark_pg.skb.catalog import require_skb  # noqa: E402
 from stark_pg.train.extra_queries import read_extra_training_queries  # noqa: E402
-from stark_pg.train.fusion import (FusionSettings, check_fold_models, cross_fitted, lightgbm_params,  # noqa: E402
-                                   query_features, ranked_by)
+from stark_pg.train.fusion import (FusionSettings, check_fold_models, cross_fitted, hold_out,  # noqa: E402
+                                   lightgbm_params, query_features, ranked_by)
 
 
 def held_ids(conn, skb_id: int, seed: int, share: float) -> set[int]:
@@ -49,13 +51,6 @@ def held_ids(conn, skb_id: int, seed: int, share: float) -> set[int]:
     queries = from_split(conn, skb_id, "train").queries
     order = np.random.default_rng(seed).permutation(len(queries))
     return {queries[i].query_id for i in order[: int(len(queries) * share)]}
-
-
-def relabel_held(conn, skb_id: int, held: set[int]) -> None:
-    """Inside the caller's rolled-back transaction: the held-out questions leave the training split, so
-    that no nearest-question feature draws on them."""
-    conn.execute("update stark.query set split = 'holdout' where skb_id = %s and query_id = any(%s)",
-                 (skb_id, list(held)))
 
 
 FEATURE_SETTINGS = ("pool", "knn", "link")       # the settings of train fusion that change the features
@@ -100,7 +95,7 @@ def holdout_features(conn, skb: str, skb_id: int, seed: int, share: float, model
                 for q in pooled:
                     copy.write_row((skb_id, q.query_id, "train", q.body, q.answer_ids))
             embed_split(conn, skb, "train", model)
-        relabel_held(conn, skb_id, held)
+        hold_out(conn, skb_id, list(held))
         for q, v, f in zip(queries, vectors, fitted):
             (out if q.query_id in held else fit).append(feature_row(conn, skb, q, v, settings, model, f))
     return fit, out
@@ -115,7 +110,7 @@ def extra_features(conn, skb: str, skb_id: int, seed: int, share: float, model: 
     vectors = encode([q.body for q in extra], model)
     rows = []
     with conn.transaction(force_rollback=True):
-        relabel_held(conn, skb_id, held_ids(conn, skb_id, seed, share))
+        hold_out(conn, skb_id, list(held_ids(conn, skb_id, seed, share)))
         for i, (q, v) in enumerate(zip(extra, vectors)):
             rows.append(feature_row(conn, skb, q, v, settings, model))
             if i % 100 == 99:

@@ -196,6 +196,42 @@ def test_migration_0035_keeps_each_stored_model_and_refuses_to_drop_a_bag(db_url
     upgrade(db_url)
 
 
+def test_cross_validation_holds_each_fold_out_of_the_training_split(trained):
+    """A fold's questions are scored with features computed as if they were new: with them out of the
+    training split (hold_out), a held question's features equal those it gets once the whole fold is
+    deleted, and differ from those it gets with the fold in train (so the check can fail). Training
+    leaves every question's split as it was."""
+    from stark_pg.train.fusion import hold_out
+
+    url, _ = trained
+    with connect(url) as conn:
+        skb_id = conn.execute("select skb_id from stark.skb where name = %s", (SKB,)).fetchone()[0]
+        splits = conn.execute("select query_id, split from stark.query where skb_id = %s order by query_id",
+                              (skb_id,)).fetchall()
+        rows = conn.execute("select query_id, body from stark.query where skb_id = %s and split = 'train' "
+                            "order by query_id limit 20", (skb_id,)).fetchall()
+        fold = [r[0] for r in rows]
+
+        def features(body):
+            return query_features(conn, SKB, body, encode_query(body), FusionSettings(), MODEL)
+
+        changed = 0
+        for query_id, body in rows[:4]:
+            ids, X = features(body)
+            with conn.transaction(force_rollback=True):
+                hold_out(conn, skb_id, fold)
+                held_ids, held = features(body)
+            with conn.transaction(force_rollback=True):
+                conn.execute("delete from stark.query where skb_id = %s and query_id = any(%s)", (skb_id, fold))
+                gone_ids, gone = features(body)
+            assert held_ids == gone_ids and np.array_equal(held, gone)
+            changed += ids != held_ids or not np.array_equal(X, held)
+        assert changed, "holding the fold out changed no question's features: the check tests nothing"
+        train_fusion(conn, SKB, FusionSettings(name="cv", limit=20, rounds=[5], folds=2, min_data_in_leaf=5, bag=1))
+        assert conn.execute("select query_id, split from stark.query where skb_id = %s order by query_id",
+                            (skb_id,)).fetchall() == splits
+
+
 def test_a_model_trained_before_the_last_features_still_ranks_and_a_changed_one_is_refused(trained):
     """New features are appended: a model whose features are the first of those computed ranks as before
     (its trees read their old places); one whose features no longer match is refused with the command

@@ -23,3 +23,8 @@ from stark.fusion_model where skb_id = :skb_id and name = :name;
 
 -- name: fusion_model_names(skb_id)
 select name from stark.fusion_model where skb_id = :skb_id order by name;
+
+-- name: hold_out_queries(skb_id, query_ids)!
+-- Cross-validation's held-out fold (stark_pg/train/fusion.py), inside a transaction that is rolled back:
+-- out of the training split, so that no question's nearest-question features draw on them.
+update stark.query set split = 'holdout' where skb_id = :skb_id and query_id = any(:query_ids) and split = 'train';

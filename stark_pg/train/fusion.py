@@ -5,8 +5,10 @@ Why this way: every signal stark-pg has about a (query, candidate) pair is alrea
 graph proximity to the entities the question names). A ranker learned on `train` weighs them per
 query far better than any fixed sum. PostgreSQL computes the features once per training query, with
 the very function search uses; LightGBM learns in seconds. The number of boosting rounds (the one
-setting that over- or under-fits) is chosen by k-fold cross-validation over the training queries;
-the model is then fitted on all of them. With `bag` > 1, that many models are fitted there with
+setting that over- or under-fits) is chosen by k-fold cross-validation over the training queries,
+each fold's features computed again with its questions out of the training split (they would
+otherwise find each other as nearest training questions, which no val question can); the model is
+then fitted on all of them. With `bag` > 1, that many models are fitted there with
 consecutive seeds and rank by their mean: a fit samples rows and features (0.8 each), and on held-out
 parts of train one seed's model differed from the next by as much as the gains sought (docs/fusion.md).
 Validation and test splits are never read.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
+from functools import partial
 
 import numpy as np
 import psycopg
@@ -147,16 +150,25 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
 
     order = np.random.default_rng(settings.seed).permutation(len(data))
     folds = np.array_split(order, settings.folds)
-    cv: dict[str, dict] = {}
-    with progress.stage("cross-validation", total=len(settings.rounds) * settings.folds) as stage:
+    scores: dict[int, list] = {r: [] for r in settings.rounds}
+    for k, held in enumerate(folds):
+        # the fold's questions leave the training split while every question's features are computed
+        # again, so that no nearest-question feature draws on them: what val's questions see of train
+        label = f"cross-validation, fold {k + 1} of {settings.folds}: features"
+        with conn.transaction(force_rollback=True):
+            hold_out(conn, skb_id, [queries[i].query_id for i in held])
+            fold_data = _featured(conn, skb, queries, vectors, dense, settings, model, progress, label)
+            fold_extra = _featured(conn, skb, extra.queries, extra_vectors, extra_dense, settings, model, progress,
+                                   f"{label} (extra training questions)")
+        kept = set(held.tolist())
+        # one fit at the most rounds, scored after each number of rounds: a fit's first r rounds are
+        # the fit of r rounds (the seeded sampling draws round by round)
+        (booster,) = fit([d for i, d in enumerate(fold_data) if i not in kept] + fold_extra, max(settings.rounds))
         for rounds in settings.rounds:
-            scores = []
-            for k, held in enumerate(folds):
-                rest = [data[i] for j, f in enumerate(folds) if j != k for i in f]
-                (booster,) = fit(rest + extra_data, rounds)
-                scores += [_query_metrics(booster.predict, data[i], queries[i].answer_ids) for i in held]
-                stage.advance()
-            cv[str(rounds)] = {m: round(float(np.mean([s[m] for s in scores])), 4) for m in ("hit@1", "mrr")}
+            predict = partial(booster.predict, num_iteration=rounds)
+            scores[rounds] += [_query_metrics(predict, fold_data[i], queries[i].answer_ids) for i in held]
+    cv = {str(r): {m: round(float(np.mean([s[m] for s in scores[r]])), 4) for m in ("hit@1", "mrr")}
+          for r in settings.rounds}
     best = max(settings.rounds, key=lambda r: (cv[str(r)]["mrr"], -r))
     boosters = fit(data + extra_data, best, settings.bag)
     gains = np.mean([b.feature_importance("gain") for b in boosters], axis=0)
@@ -170,6 +182,13 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
             "extra_train": extra.report or None, "features": len(names), "cv": cv, "chosen_rounds": best,
             "bag": settings.bag, "importance": dict(list(importance.items())[:10]),
             "feature_seconds": round(featured - started, 1), "seconds": round(time.perf_counter() - started, 1)}
+
+
+def hold_out(conn: psycopg.Connection, skb_id: int, query_ids: list[int]) -> None:
+    """Inside the caller's transaction, to be rolled back: these training questions move to the split
+    `holdout`, so that the features of every question (type_share and the knn_* features read the
+    training split) are computed as if they were new questions."""
+    sql().hold_out_queries(conn, skb_id=skb_id, query_ids=query_ids)
 
 
 def _featured(conn: psycopg.Connection, skb: str, queries: list, vectors, dense: list, settings: FusionSettings,
