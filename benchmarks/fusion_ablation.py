@@ -28,6 +28,7 @@ from stark_pg.resources import queries as sql
 from stark_pg.retrieve.focus.answer_type import embed_split
 from stark_pg.skb.catalog import require_skb
 from stark_pg.train.fusion import FusionSettings, lightgbm_params, query_features, ranked_by
+from stark_pg.train.fusion_model import bag_predict, fit_bag
 
 GROUPS = {
     "lexical (BM25 per field)": lambda n: n.endswith("|lexical") or n.endswith("|lexical|norm"),
@@ -93,13 +94,12 @@ def main() -> None:
         rows = [r for r in rows if len(r[1])]
         ds = lightgbm.Dataset(np.vstack([r[2][:, keep] for r in rows]), np.concatenate([r[3] for r in rows]),
                               group=[len(r[1]) for r in rows], free_raw_data=False)
-        return [lightgbm.train(params | {"seed": settings.seed + b}, ds, num_boost_round=rounds)
-                for b in range(args.bag)]
+        return fit_bag(params, ds, rounds, args.bag)
 
     def score(boosters, rows, keep):
         out = {"hit@1": [], "hit@5": [], "recall@20": [], "mrr": []}
         for q, ids, X, _ in rows:
-            ranked = ranked_by(ids, np.mean([b.predict(X[:, keep]) for b in boosters], axis=0)) if len(ids) else []
+            ranked = ranked_by(ids, bag_predict(boosters, X[:, keep])) if len(ids) else []
             values = metrics.evaluate(ranked, q.answer_ids)
             for m in out:
                 out[m].append(values[m])

@@ -44,6 +44,7 @@ from stark_pg.skb.catalog import require_skb  # noqa: E402
 from stark_pg.train.extra_queries import read_extra_training_queries  # noqa: E402
 from stark_pg.train.fusion import (FusionSettings, check_fold_models, cross_fitted, hold_out,  # noqa: E402
                                    lightgbm_params, query_features, ranked_by)
+from stark_pg.train.fusion_model import bag_predict, fit_bag  # noqa: E402
 
 
 def held_ids(conn, skb_id: int, seed: int, share: float) -> set[int]:
@@ -205,9 +206,8 @@ def main() -> None:
             data = lightgbm.Dataset(np.vstack([matrix(r[2]) for r in usable]), np.concatenate([r[3] for r in usable]),
                                     group=[len(r[1]) for r in usable], free_raw_data=False)
             for rounds in map(int, args.rounds.split(",")):
-                boosters = [lightgbm.train(params | {"seed": params["seed"] + b}, data, num_boost_round=rounds)
-                            for b in range(args.bag)]
-                scores = [metrics.evaluate(ranked_by(ids, np.mean([b.predict(matrix(X)) for b in boosters], axis=0))
+                boosters = fit_bag(params, data, rounds, args.bag)
+                scores = [metrics.evaluate(ranked_by(ids, bag_predict(boosters, matrix(X)))
                                            if len(ids) else [], q.answer_ids)
                           for q, ids, X, _ in held_rows]
                 table.append({"seed": seed, "variant": label, "rounds": rounds, "held": len(held_rows),

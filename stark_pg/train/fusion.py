@@ -32,7 +32,7 @@ from stark_pg.retrieve.focus.answer_type import embed_split
 from stark_pg.skb.catalog import require_skb
 from stark_pg.train.dense import FOLD_SEED
 from stark_pg.train.extra_queries import ExtraQueries, read_extra_training_queries
-from stark_pg.train.fusion_model import FusionModel, FusionSettings, compile_sql, save
+from stark_pg.train.fusion_model import FusionModel, FusionSettings, compile_sql, fit_bag, save
 
 
 @dataclass
@@ -140,13 +140,12 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
     params = lightgbm_params(settings)
 
     def fit(part: list[QueryFeatures], rounds: int, seeds: int = 1) -> list:
-        """`seeds` models fitted on the same rows with the seeds settings.seed, settings.seed + 1, ..."""
+        """`seeds` models fitted on the same rows with the seeds settings.seed, settings.seed + 1, ... (fit_bag)"""
         usable = [q for q in part if len(q.node_ids)]
         train_set = lightgbm.Dataset(np.vstack([q.X for q in usable]), np.concatenate([q.y for q in usable]),
                                      group=[len(q.node_ids) for q in usable], feature_name=_safe(names),
                                      free_raw_data=False)
-        return [lightgbm.train(params | {"seed": settings.seed + b}, train_set, num_boost_round=rounds)
-                for b in range(seeds)]
+        return fit_bag(params, train_set, rounds, seeds)
 
     order = np.random.default_rng(settings.seed).permutation(len(data))
     folds = np.array_split(order, settings.folds)

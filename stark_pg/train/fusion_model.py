@@ -86,12 +86,26 @@ class FusionModel:
 
     def predict(self, X) -> np.ndarray:
         """The score search ranks by: the mean of the bag's raw scores (what score_sql computes)."""
-        return np.mean([b.predict(X) for b in self.boosters()], axis=0)
+        return bag_predict(self.boosters(), X)
 
     def contributions(self, X) -> np.ndarray:
         """Per row, each feature's SHAP value and the bias last (LightGBM's pred_contrib), averaged over
         the bag: they add up to `predict`, as each model's add up to its own score."""
         return np.mean([b.predict(X, pred_contrib=True) for b in self.boosters()], axis=0)
+
+
+def fit_bag(params: dict, train_set, rounds: int, size: int) -> list:
+    """A bag: `size` LightGBM models fitted on the same rows, with the seeds params["seed"],
+    params["seed"] + 1, ... (the first is the model a bag of one fits)."""
+    import lightgbm
+
+    return [lightgbm.train(params | {"seed": params["seed"] + b}, train_set, num_boost_round=rounds)
+            for b in range(size)]
+
+
+def bag_predict(boosters: list, X) -> np.ndarray:
+    """A bag's score: the mean of its models' raw scores."""
+    return np.mean([b.predict(X) for b in boosters], axis=0)
 
 
 def compile_sql(boosters: list) -> str:
