@@ -6,7 +6,8 @@ Run by hand (figures in the README's "Learned fusion" section):
 Features of every train and val query are computed once (stark.fusion_features, as search does);
 then for the full set and for the set without each group, LightGBM is fitted on all of train with
 the settings `stark-pg train fusion` uses (a bag of as many models, `--bag` overrides) and the number
-of rounds the stored model chose by cross-validation on train (`--rounds` overrides), and scored on
+of rounds and leaves the stored model chose by cross-validation on train (`--rounds`, `--leaves`
+override), and scored on
 val. Val never chooses anything.
 """
 
@@ -28,7 +29,7 @@ from stark_pg.resources import queries as sql
 from stark_pg.retrieve.focus.answer_type import embed_split
 from stark_pg.skb.catalog import require_skb
 from stark_pg.train.fusion import FusionSettings, lightgbm_params, query_features, ranked_by
-from stark_pg.train.fusion_model import bag_predict, fit_bag
+from stark_pg.train.fusion_model import bag_predict, chosen_trees, fit_bag
 
 GROUPS = {
     "lexical (BM25 per field)": lambda n: n.endswith("|lexical") or n.endswith("|lexical|norm"),
@@ -60,6 +61,7 @@ def main() -> None:
     parser.add_argument("--dsn", default=None)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--rounds", type=int, default=None, help="default: the stored model 'default' chose")
+    parser.add_argument("--leaves", type=int, default=None, help="default: the stored model 'default' chose")
     parser.add_argument("--bag", type=int, default=FusionSettings().bag,
                         help="models per variant, seeds 1..N, scoring by their mean (train fusion's default)")
     parser.add_argument("--features", default=None, help="a pickle file to keep the computed features in (re-runs "
@@ -68,6 +70,10 @@ def main() -> None:
     settings = FusionSettings()
     conn = connect(args.dsn) if args.dsn else connect()
     skb_id = require_skb(conn, args.skb)
+    stored = conn.execute("select settings from stark.fusion_model where skb_id = %s and name = 'default'",
+                          (skb_id,)).fetchone()
+    if stored is None:
+        raise SystemExit(f"no fusion model 'default' for {args.skb}: run `stark-pg train fusion {args.skb}` first")
     model = canonical_name(None)
     embed_split(conn, args.skb, "train", model)
     names = list(sql().fusion_feature_names(conn, skb=args.skb, model=model, trained_dense=False))
@@ -88,7 +94,8 @@ def main() -> None:
     if cached:
         cached.write_bytes(pickle.dumps(data))
     print(f"features of {sum(map(len, data.values()))} queries in {time.perf_counter() - started:.0f} s", flush=True)
-    params = lightgbm_params(settings)
+    trees = chosen_trees(stored[0]) | ({"leaves": args.leaves} if args.leaves else {})
+    params = lightgbm_params(settings, **trees)
 
     def fit(rows, keep, rounds):
         rows = [r for r in rows if len(r[1])]
@@ -105,15 +112,15 @@ def main() -> None:
                 out[m].append(values[m])
         return {m: round(float(np.mean(v)), 3) for m, v in out.items()}
 
-    rounds = args.rounds or conn.execute("select (settings ->> 'chosen_rounds')::int from stark.fusion_model "
-                                         "where skb_id = %s and name = 'default'", (skb_id,)).fetchone()[0]
+    rounds = args.rounds or stored[0]["chosen_rounds"]
     table = []
     for label, keep in variants(names):
         fit_started = time.perf_counter()
         boosters = fit(data["train"], keep, rounds)
         fit_seconds = time.perf_counter() - fit_started
         val = score(boosters, data["val"], keep)
-        table.append({"variant": label, "features": len(keep), "rounds": rounds, "bag": args.bag,
+        table.append({"variant": label, "features": len(keep), "rounds": rounds, "leaves": trees["leaves"],
+                      "bag": args.bag,
                       "fit_seconds": round(fit_seconds, 1)} | val)
         print(json.dumps(table[-1]), flush=True)
     if args.json:

@@ -134,6 +134,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, action="append", help="holdout draw (repeatable; default 1)")
     parser.add_argument("--share", type=float, default=0.2, help="share of train held out")
     parser.add_argument("--rounds", default="100", help="boosting rounds to report (comma-separated)")
+    parser.add_argument("--leaves", type=int, default=15,
+                        help="leaves per tree (train fusion chooses among --leaves 7,15 by cross-validation)")
+    parser.add_argument("--min-data-in-leaf", type=int, default=20)
     parser.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                         help="a LightGBM setting to override, e.g. num_leaves=7 (repeatable)")
     parser.add_argument("--groups", action=argparse.BooleanOptionalAction, default=True,
@@ -170,7 +173,7 @@ def main() -> None:
     settings = feature_settings(args.setting)
     changed = "".join(f"-{k}{getattr(settings, k)}" for k in FEATURE_SETTINGS
                       if getattr(settings, k) != getattr(FusionSettings(), k))     # in the cache files' names
-    params = lightgbm_params(settings) | {k: json.loads(v) for k, v in (p.split("=", 1) for p in args.param)}
+    params = lightgbm_params(settings, args.leaves, args.min_data_in_leaf) | {k: json.loads(v) for k, v in (p.split("=", 1) for p in args.param)}
     extra = []
     if args.extra_train:
         picked = read_extra_training_queries(conn, skb_id, args.extra_train, args.extra_min_share)

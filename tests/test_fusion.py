@@ -17,7 +17,7 @@ from stark_pg.retrieve import MissingIndex, get_method
 from stark_pg.retrieve.focus.answer_type import embed_split
 from stark_pg.retrieve.fusion import template
 from stark_pg.train.fusion import FusionSettings, query_features, train_fusion
-from stark_pg.train.fusion_model import NO_OPTION, load, option, train_command
+from stark_pg.train.fusion_model import load, option, train_command
 
 SKB = "syn-fusion"
 MODEL = "all-MiniLM-L6-v2"
@@ -30,7 +30,7 @@ def trained(server_url, template_db):
 
     with indexed_synthetic(server_url, template_db, "stark_fusion", SKB, seed=11) as url:
         with connect(url) as conn:
-            report = train_fusion(conn, SKB, FusionSettings(limit=40, rounds=[5, 15], folds=2, min_data_in_leaf=5))
+            report = train_fusion(conn, SKB, FusionSettings(limit=40, rounds=[5, 15], folds=2, min_data_in_leaf=[5]))
         yield url, report
 
 
@@ -99,7 +99,8 @@ def test_features_equal_their_sql_definitions_and_no_query_sees_its_own_answers(
 
 def test_the_sql_score_equals_lightgbms_prediction_and_search_ranks_by_it(trained):
     url, report = trained
-    assert report["chosen_rounds"] in (5, 15) and set(report["cv"]) == {"5", "15"}
+    assert {(row["leaves"], row["min_data_in_leaf"], row["rounds"]) for row in report["cv"]} == {
+        (leaves, 5, rounds) for leaves in (7, 15) for rounds in (5, 15)}
     with connect(url) as conn:
         skb_id = conn.execute("select skb_id from stark.skb where name = %s", (SKB,)).fetchone()[0]
         model = load(conn, skb_id, SKB, "default")
@@ -115,6 +116,32 @@ def test_the_sql_score_equals_lightgbms_prediction_and_search_ranks_by_it(traine
         assert [h.node_id for h in ranking.hits] == [ids[i] for i in expected]
 
 
+def test_cross_validation_chooses_the_trees_size_with_the_rounds_and_fits_with_its_choice(trained):
+    """`--leaves 7,15` (the default) and `--min-data-in-leaf`: every combination with every number of
+    rounds is scored by cross-validation, the best MRR is chosen (ties to the simpler), and the stored
+    models were fitted with exactly that choice."""
+    url, report = trained
+    best = max(report["cv"], key=lambda row: row["mrr"])
+    chosen = {key: report[f"chosen_{key}"] for key in ("leaves", "min_data_in_leaf", "rounds")}
+    assert best["mrr"] == next(row["mrr"] for row in report["cv"] if all(row[k] == v for k, v in chosen.items()))
+    with connect(url) as conn:
+        skb_id = conn.execute("select skb_id from stark.skb where name = %s", (SKB,)).fetchone()[0]
+        model = load(conn, skb_id, SKB, "default")
+        assert model.metrics["cv"] == report["cv"] and model.settings["chosen_leaves"] == chosen["leaves"]
+        for booster in model.boosters():
+            text = booster.model_to_string()
+            assert f"[num_leaves: {chosen['leaves']}]" in text and "[min_data_in_leaf: 5]" in text
+            assert booster.num_trees() == chosen["rounds"]
+        # one value each: no choice, and the model is fitted with it
+        two = train_fusion(conn, SKB, FusionSettings(name="two", limit=40, rounds=[5], folds=2, leaves=[2],
+                                                     min_data_in_leaf=[5], bag=1))
+        assert [(row["leaves"], row["rounds"]) for row in two["cv"]] == [(2, 5)]
+        trees = load(conn, skb_id, SKB, "two").boosters()[0].dump_model()["tree_info"]
+        assert max(t["num_leaves"] for t in trees) == 2
+        with pytest.raises(ValueError, match="leaves must be at least 2"):
+            train_fusion(conn, SKB, FusionSettings(name="none", limit=40, leaves=[1, 7]))
+
+
 def test_a_bag_scores_by_its_models_mean_in_sql_and_in_its_explanation(trained):
     """A bag (the default, --bag 3): three models with consecutive seeds, stored each, the first the very
     model --bag 1 fits; the SQL equals their mean prediction, the explanation's contributions add up to
@@ -124,7 +151,7 @@ def test_a_bag_scores_by_its_models_mean_in_sql_and_in_its_explanation(trained):
     with connect(url) as conn:
         skb_id = conn.execute("select skb_id from stark.skb where name = %s", (SKB,)).fetchone()[0]
         bag = load(conn, skb_id, SKB, "default")
-        train_fusion(conn, SKB, FusionSettings(name="one", limit=40, rounds=[5, 15], folds=2, min_data_in_leaf=5,
+        train_fusion(conn, SKB, FusionSettings(name="one", limit=40, rounds=[5, 15], folds=2, min_data_in_leaf=[5],
                                                bag=1))
         one = load(conn, skb_id, SKB, "one")
         assert len(bag.booster_texts) == 3 and one.booster_texts == bag.booster_texts[:1]
@@ -160,7 +187,7 @@ def test_a_bag_scores_by_its_models_mean_in_sql_and_in_its_explanation(trained):
         with pytest.raises(ValueError, match="bag must be at least 1"):
             train_fusion(conn, SKB, FusionSettings(name="none", limit=40, bag=0))
         assert train_command(SKB, one.settings | {"name": "one"}) == (
-            "stark-pg train fusion syn-fusion --name one --rounds 5,15 --folds 2 --bag 1 --limit 40")
+            "stark-pg train fusion syn-fusion --name one --rounds 5,15 --folds 2 --min-data-in-leaf 5 --bag 1 --limit 40")
 
 
 def test_migration_0035_keeps_each_stored_model_and_refuses_to_drop_a_bag(db_url):
@@ -227,7 +254,7 @@ def test_cross_validation_holds_each_fold_out_of_the_training_split(trained):
             assert held_ids == gone_ids and np.array_equal(held, gone)
             changed += ids != held_ids or not np.array_equal(X, held)
         assert changed, "holding the fold out changed no question's features: the check tests nothing"
-        train_fusion(conn, SKB, FusionSettings(name="cv", limit=20, rounds=[5], folds=2, min_data_in_leaf=5, bag=1))
+        train_fusion(conn, SKB, FusionSettings(name="cv", limit=20, rounds=[5], folds=2, min_data_in_leaf=[5], bag=1))
         assert conn.execute("select query_id, split from stark.query where skb_id = %s order by query_id",
                             (skb_id,)).fetchall() == splits
 
@@ -252,7 +279,7 @@ def test_a_model_trained_before_the_last_features_still_ranks_and_a_changed_one_
             conn.execute("update stark.fusion_model set features[1] = 'no such feature' "
                          "where skb_id = %s and name = 'default'", (skb_id,))
             with pytest.raises(MissingIndex, match=r"feature 1 \(no such feature\).*`stark-pg train fusion syn-fusion "
-                                                    r"--rounds 5,15 --folds 2 --limit 40`"):
+                                                    r"--rounds 5,15 --folds 2 --min-data-in-leaf 5 --limit 40`"):
                 load(conn, skb_id, SKB, "default")
 
 
@@ -263,13 +290,14 @@ def test_the_retrain_command_repeats_every_option_that_is_not_the_default():
     assert train_command("my skb", settings) == ("stark-pg train fusion 'my skb' --name xf --rounds 100 "
                                                  "--dense dense-xf --extra-train '../qa dir'")
     assert train_command("s", asdict(FusionSettings()) | {"chosen_rounds": 100}) == "stark-pg train fusion s"
+    # a model stored before the tree settings were lists had one value each
+    assert train_command("s", {"leaves": 15, "min_data_in_leaf": 20}) == "stark-pg train fusion s --leaves 15"
     from stark_pg.cli.train import app
     from typer.main import get_command
 
     command = get_command(app).commands["fusion"]
     flags = {flag for param in command.params for flag in param.opts}
-    assert {option(f.name) for f in fields(FusionSettings) if f.name not in NO_OPTION} <= flags
-    assert not {option(name) for name in NO_OPTION} & flags, "NO_OPTION lists a setting that has an option"
+    assert {option(f.name) for f in fields(FusionSettings)} <= flags
 
 
 def test_train_and_search_from_the_command_line(trained):
@@ -286,6 +314,9 @@ def test_train_and_search_from_the_command_line(trained):
     assert "run `stark-pg train fusion" in bad.stderr and "Traceback" not in bad.stderr
     bad = cli("train", "fusion", SKB, "--bag", "0", "-q", expect=2)
     assert "--bag" in bad.stderr and "Traceback" not in bad.stderr
+    for option, value in (("--leaves", "1,7"), ("--leaves", "7,x"), ("--min-data-in-leaf", "0"), ("--rounds", "")):
+        bad = cli("train", "fusion", SKB, option, value, "-q", expect=2)
+        assert option in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_trained_dense_is_cross_fitted_and_equals_its_cosine(trained):
@@ -340,7 +371,7 @@ def test_trained_dense_is_cross_fitted_and_equals_its_cosine(trained):
         each = [cosines(ids, m, v) for m, v in zip(new.models, new.vectors)]
         assert list(X[:, dense_col]) == pytest.approx([(each[0][n] + each[1][n]) / 2 for n in ids], abs=1e-5)
 
-        report = train_fusion(conn, SKB, FusionSettings(name="xf", limit=30, rounds=[5], folds=2, min_data_in_leaf=5,
+        report = train_fusion(conn, SKB, FusionSettings(name="xf", limit=30, rounds=[5], folds=2, min_data_in_leaf=[5],
                                                         dense="xf"))
         assert report["features"] == len(names)
         ranking = get_method("fusion").search(conn, SKB, "which drugs target genes", 5,
@@ -399,7 +430,7 @@ def test_extra_training_questions_are_fitted_on_and_never_scored(trained, tmp_pa
         most = read_extra_training_queries(conn, skb_id, qa, min_share=0.75)
         assert [q.query_id for q in most.queries] == [r[0] for r in new if len(r[2]) - 1 >= 0.75 * len(r[2])]
 
-        settings = dict(limit=20, rounds=[5], folds=2, min_data_in_leaf=5)
+        settings = dict(limit=20, rounds=[5], folds=2, min_data_in_leaf=[5])
         plain = train_fusion(conn, SKB, FusionSettings(name="plain", **settings))
         extra = train_fusion(conn, SKB, FusionSettings(name="extra", extra_train=str(qa), **settings))
         assert plain["extra_queries"] == 0 and extra["extra_queries"] == 12 and extra["queries"] == 20

@@ -271,7 +271,13 @@ def fusion(
     rounds: str = typer.Option("100,200,400", "--rounds", help="Boosting rounds to choose among by cross-validation "
                                                                "on train (comma-separated)."),
     folds: int = typer.Option(5, "--folds", help="Cross-validation folds over the training queries."),
-    leaves: int = typer.Option(15, "--leaves", help="Leaves per tree."),
+    leaves: str = typer.Option("7,15", "--leaves", help="Leaves per tree, chosen among with the rounds by "
+                                                        "cross-validation on train (comma-separated)."),
+    min_data_in_leaf: str = typer.Option("20", "--min-data-in-leaf", metavar="N[,N...]",
+                                         help="Least training rows (candidates) a leaf may hold, chosen among with "
+                                              "the rounds and leaves (comma-separated)."),
+    link: int = typer.Option(5, "--link", help="Best name matches taken as the entities the question names "
+                                               "(linked, hop1, hop2)."),
     learning_rate: float = typer.Option(0.05, "--learning-rate"),
     pool: int = typer.Option(100, "--pool", help="Shortlist per (field, scorer) pair: the candidates."),
     knn: int = typer.Option(10, "--knn", help="Nearest training queries behind type_share and knn_answer."),
@@ -308,14 +314,14 @@ def fusion(
     """
     from stark_pg.train.fusion import FusionSettings, train_fusion
 
-    try:
-        candidates = [int(r) for r in rounds.split(",") if r.strip()]
-    except ValueError:
-        fail(f"--rounds must be comma-separated integers, not {rounds!r}")
-    if not candidates or min(candidates) < 1 or folds < 2 or leaves < 2 or not 0 < learning_rate <= 1:
-        fail("--rounds must be positive, --folds and --leaves at least 2, --learning-rate in (0, 1]")
-    settings = FusionSettings(name=model_name, model=model, pool=pool, knn=knn, rounds=candidates, folds=folds,
-                              leaves=leaves, learning_rate=learning_rate, seed=seed, bag=bag, limit=limit, dense=dense,
+    candidates = integers(rounds, "--rounds", least=1)
+    leaf_counts = integers(leaves, "--leaves", least=2)
+    leaf_data = integers(min_data_in_leaf, "--min-data-in-leaf", least=1)
+    if folds < 2 or link < 1 or not 0 < learning_rate <= 1:
+        fail("--folds must be at least 2, --link at least 1, --learning-rate in (0, 1]")
+    settings = FusionSettings(name=model_name, model=model, pool=pool, knn=knn, link=link, rounds=candidates,
+                              folds=folds, leaves=leaf_counts, min_data_in_leaf=leaf_data,
+                              learning_rate=learning_rate, seed=seed, bag=bag, limit=limit, dense=dense,
                               dense_folds=dense_folds, extra_train=str(extra_train) if extra_train else None,
                               extra_min_share=extra_min_share)
     with state(ctx).connect() as conn:
@@ -331,11 +337,12 @@ def fusion(
                         f"{report['features']} features"
                         + (f", a bag of {report['bag']} models" if report["bag"] > 1 else "")
                         + f", {report['seconds']:.0f} s", title_justify="left")
-    for column in ("rounds", "CV Hit@1", "CV MRR", "chosen"):
+    for column in ("leaves", "min data in leaf", "rounds", "CV Hit@1", "CV MRR", "chosen"):
         table.add_column(column)
-    for r, figures in report["cv"].items():
-        table.add_row(r, f"{figures['hit@1']:.3f}", f"{figures['mrr']:.3f}",
-                      "yes" if int(r) == report["chosen_rounds"] else "")
+    for row in report["cv"]:
+        chosen = all(row[key] == report[f"chosen_{key}"] for key in ("leaves", "min_data_in_leaf", "rounds"))
+        table.add_row(str(row["leaves"]), str(row["min_data_in_leaf"]), str(row["rounds"]),
+                      f"{row['hit@1']:.3f}", f"{row['mrr']:.3f}", "yes" if chosen else "")
     out.print(table)
     out.print("most useful features (gain): " + ", ".join(report["importance"]), highlight=False)
 
@@ -489,3 +496,16 @@ def parse_fold(text: str) -> tuple[int, int]:
     if n < 2 or not 0 <= k < n:
         raise typer.BadParameter(f"{text!r}: need N >= 2 and 0 <= K < N", param_hint="--fold")
     return k, n
+
+
+def integers(text: str, option: str, least: int) -> list[int]:
+    """A comma-separated list of integers, each at least `least` (--rounds, --leaves, ...), or a usage
+    error naming the option."""
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"expected comma-separated integers, such as 7,15, not {text!r}",
+                                 param_hint=option) from None
+    if not values or min(values) < least:
+        raise typer.BadParameter(f"{text!r}: each value must be at least {least}", param_hint=option)
+    return values

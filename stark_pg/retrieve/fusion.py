@@ -20,7 +20,7 @@ from stark_pg.embed import encode_query
 from stark_pg.resources import template_sections
 from stark_pg.retrieve import Hit, Ranking
 from stark_pg.skb.catalog import require_skb
-from stark_pg.train.fusion_model import FusionModel, load
+from stark_pg.train.fusion_model import FusionModel, chosen_trees, load
 
 EXPLAINED_RESULTS = 5
 
@@ -57,6 +57,7 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
     hits = [Hit(int(node_id), float(score)) for node_id, score in rows]
     trace = {"method": "fusion", "model": model.name, "features": len(model.features),
              "trees": model.settings.get("chosen_rounds"), "bag": len(model.booster_texts),
+             "leaves": chosen_trees(model.settings)["leaves"],
              "sql": "compiled trees over stark.fusion_features(skb, query, embedding, model, pool, knn, link"
                     + (", dense_models, dense_qvecs)" if dense else ")"),
              "dense_models": dense.models if dense else None,

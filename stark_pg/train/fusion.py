@@ -4,9 +4,9 @@ Why this way: every signal stark-pg has about a (query, candidate) pair is alrea
 (BM25 and cosine per field, the answer type the nearest training queries vote for, their answers,
 graph proximity to the entities the question names). A ranker learned on `train` weighs them per
 query far better than any fixed sum. PostgreSQL computes the features once per training query, with
-the very function search uses; LightGBM learns in seconds. The number of boosting rounds (the one
-setting that over- or under-fits) is chosen by k-fold cross-validation over the training queries,
-each fold's features computed again with its questions out of the training split (they would
+the very function search uses; LightGBM learns in seconds. The number of boosting rounds and the
+trees' size (leaves, data per leaf: the settings that over- or under-fit) are chosen together by k-fold
+cross-validation over the training queries, each fold's features computed again with its questions out of the training split (they would
 otherwise find each other as nearest training questions, which no val question can); the model is
 then fitted on all of them. With `bag` > 1, that many models are fitted there with
 consecutive seeds and rank by their mean: a fit samples rows and features (0.8 each), and on held-out
@@ -32,7 +32,8 @@ from stark_pg.retrieve.focus.answer_type import embed_split
 from stark_pg.skb.catalog import require_skb
 from stark_pg.train.dense import FOLD_SEED
 from stark_pg.train.extra_queries import ExtraQueries, read_extra_training_queries
-from stark_pg.train.fusion_model import FusionModel, FusionSettings, compile_sql, fit_bag, save
+from stark_pg.train.fusion_model import (TREE_SETTINGS, FusionModel, FusionSettings, compile_sql, fit_bag, save,
+                                        tree_grid)
 
 
 @dataclass
@@ -110,6 +111,11 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
     settings = settings or FusionSettings()
     if settings.bag < 1:
         raise ValueError(f"bag must be at least 1 (the models averaged), not {settings.bag}")
+    if not settings.leaves or min(settings.leaves) < 2 or not settings.min_data_in_leaf \
+            or min(settings.min_data_in_leaf) < 1 or not settings.rounds or min(settings.rounds) < 1:
+        raise ValueError(f"leaves must be at least 2, min_data_in_leaf and rounds at least 1, each one value or "
+                         f"more (leaves {settings.leaves}, min_data_in_leaf {settings.min_data_in_leaf}, "
+                         f"rounds {settings.rounds})")
     progress = progress or NullReporter()
     started = time.perf_counter()
     skb_id = require_skb(conn, skb)
@@ -137,19 +143,20 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
     extra_data = _featured(conn, skb, extra.queries, extra_vectors, extra_dense, settings, model, progress,
                            "features (extra training questions)")
     featured = time.perf_counter()
-    params = lightgbm_params(settings)
+    grid = tree_grid(settings)
 
-    def fit(part: list[QueryFeatures], rounds: int, seeds: int = 1) -> list:
+    def fit(part: list[QueryFeatures], trees: dict, rounds: int, seeds: int = 1) -> list:
         """`seeds` models fitted on the same rows with the seeds settings.seed, settings.seed + 1, ... (fit_bag)"""
         usable = [q for q in part if len(q.node_ids)]
         train_set = lightgbm.Dataset(np.vstack([q.X for q in usable]), np.concatenate([q.y for q in usable]),
                                      group=[len(q.node_ids) for q in usable], feature_name=_safe(names),
                                      free_raw_data=False)
-        return fit_bag(params, train_set, rounds, seeds)
+        return fit_bag(lightgbm_params(settings, **trees), train_set, rounds, seeds)
 
     order = np.random.default_rng(settings.seed).permutation(len(data))
     folds = np.array_split(order, settings.folds)
-    scores: dict[int, list] = {r: [] for r in settings.rounds}
+    # (index in grid, rounds) -> each held-out question's metrics
+    scores: dict[tuple[int, int], list] = {(g, r): [] for g in range(len(grid)) for r in sorted(set(settings.rounds))}
     for k, held in enumerate(folds):
         # the fold's questions leave the training split while every question's features are computed
         # again, so that no nearest-question feature draws on them: what val's questions see of train
@@ -160,25 +167,29 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
             fold_extra = _featured(conn, skb, extra.queries, extra_vectors, extra_dense, settings, model, progress,
                                    f"{label} (extra training questions)")
         kept = set(held.tolist())
-        # one fit at the most rounds, scored after each number of rounds: a fit's first r rounds are
-        # the fit of r rounds (the seeded sampling draws round by round)
-        (booster,) = fit([d for i, d in enumerate(fold_data) if i not in kept] + fold_extra, max(settings.rounds))
-        for rounds in settings.rounds:
-            predict = partial(booster.predict, num_iteration=rounds)
-            scores[rounds] += [_query_metrics(predict, fold_data[i], queries[i].answer_ids) for i in held]
-    cv = {str(r): {m: round(float(np.mean([s[m] for s in scores[r]])), 4) for m in ("hit@1", "mrr")}
-          for r in settings.rounds}
-    best = max(settings.rounds, key=lambda r: (cv[str(r)]["mrr"], -r))
-    boosters = fit(data + extra_data, best, settings.bag)
+        fitted = [d for i, d in enumerate(fold_data) if i not in kept] + fold_extra
+        for g, trees in enumerate(grid):
+            # one fit at the most rounds, scored after each number of rounds: a fit's first r rounds are
+            # the fit of r rounds (the seeded sampling draws round by round)
+            (booster,) = fit(fitted, trees, max(settings.rounds))
+            for rounds in sorted(set(settings.rounds)):
+                predict = partial(booster.predict, num_iteration=rounds)
+                scores[g, rounds] += [_query_metrics(predict, fold_data[i], queries[i].answer_ids) for i in held]
+    cv = [grid[g] | {"rounds": r} | {m: round(float(np.mean([s[m] for s in scores[g, r]])), 4) for m in ("hit@1", "mrr")}
+          for g, r in scores]
+    # the best MRR; a tie goes to the simpler model: the earlier in the grid, then fewer rounds
+    best = max(range(len(cv)), key=lambda i: (cv[i]["mrr"], -i))
+    chosen = {f"chosen_{key}": cv[best][key] for key in (*TREE_SETTINGS, "rounds")}
+    trees = {key: cv[best][key] for key in TREE_SETTINGS}
+    boosters = fit(data + extra_data, trees, cv[best]["rounds"], settings.bag)
     gains = np.mean([b.feature_importance("gain") for b in boosters], axis=0)
     importance = {n: round(float(g), 2) for n, g in sorted(zip(names, gains), key=lambda x: -x[1])}
     fusion = FusionModel(settings.name, model, names, [b.model_to_string() for b in boosters], compile_sql(boosters),
-                         asdict(settings) | {"chosen_rounds": best, "queries": len(data),
-                                             "extra_queries": len(extra_data)},
-                         {"cv": cv, "chosen_rounds": best}, importance)
+                         asdict(settings) | chosen | {"queries": len(data), "extra_queries": len(extra_data)},
+                         {"cv": cv} | chosen, importance)
     save(conn, skb_id, fusion)
     return {"name": settings.name, "queries": len(data), "extra_queries": len(extra_data),
-            "extra_train": extra.report or None, "features": len(names), "cv": cv, "chosen_rounds": best,
+            "extra_train": extra.report or None, "features": len(names), "cv": cv} | chosen | {
             "bag": settings.bag, "importance": dict(list(importance.items())[:10]),
             "feature_seconds": round(featured - started, 1), "seconds": round(time.perf_counter() - started, 1)}
 
@@ -203,10 +214,11 @@ def _featured(conn: psycopg.Connection, skb: str, queries: list, vectors, dense:
     return data
 
 
-def lightgbm_params(settings: FusionSettings) -> dict:
-    """LightGBM's settings for a fusion model (also what benchmarks/fusion_ablation.py fits with)."""
+def lightgbm_params(settings: FusionSettings, leaves: int, min_data_in_leaf: int) -> dict:
+    """LightGBM's settings for a fusion model with these tree settings (one point of tree_grid; also what
+    the benchmarks fit with)."""
     return {"objective": "lambdarank", "metric": "ndcg", "learning_rate": settings.learning_rate,
-            "num_leaves": settings.leaves, "min_data_in_leaf": settings.min_data_in_leaf,
+            "num_leaves": leaves, "min_data_in_leaf": min_data_in_leaf,
             "feature_fraction": 0.8, "bagging_fraction": 0.8, "bagging_freq": 1,
             "lambdarank_truncation_level": 20, "verbose": -1, "seed": settings.seed, "num_threads": 2,
             "deterministic": True, "force_row_wise": True}

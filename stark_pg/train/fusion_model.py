@@ -32,9 +32,9 @@ class FusionSettings:
     link: int = 5                     # name matches taken as the entities the question names
     rounds: list[int] = field(default_factory=lambda: [100, 200, 400])   # chosen among by cross-validation
     folds: int = 5
-    leaves: int = 15
+    leaves: list[int] = field(default_factory=lambda: [7, 15])  # leaves per tree, chosen among with the rounds
     learning_rate: float = 0.05
-    min_data_in_leaf: int = 20
+    min_data_in_leaf: list[int] = field(default_factory=lambda: [20])  # chosen among with the rounds
     seed: int = 1
     bag: int = 3                      # models fitted with seeds seed..seed+bag-1, scoring by their mean
                                       # (3: the smallest on the plateau of 24 held-out draws, docs/fusion.md)
@@ -45,12 +45,26 @@ class FusionSettings:
     extra_min_share: float = 0.0      # of those, only questions with at least this share of answers inside
 
 
-# the settings `stark-pg train fusion` has no option for; every other one is `--<setting, - for _>`
-NO_OPTION = {"link", "min_data_in_leaf"}
+# the tree settings cross-validation chooses among (each a list in FusionSettings), with the rounds
+TREE_SETTINGS = ("leaves", "min_data_in_leaf")
+
+
+def tree_grid(settings: FusionSettings) -> list[dict]:
+    """Every combination of the tree settings' candidate values, simplest first (fewest leaves, then
+    the most data per leaf): cross-validation fits each and keeps the best, ties to the simpler."""
+    return [{"leaves": leaves, "min_data_in_leaf": data} for leaves in sorted(set(settings.leaves))
+            for data in sorted(set(settings.min_data_in_leaf), reverse=True)]
+
+
+def chosen_trees(stored: dict) -> dict:
+    """The tree settings a stored model was fitted with: cross-validation's choice (`chosen_<setting>`),
+    or for a model trained before they were lists, the one value it had."""
+    return {name: stored.get(f"chosen_{name}", stored.get(name)) for name in TREE_SETTINGS}
 
 
 def option(setting: str) -> str:
-    """`stark-pg train fusion`'s option for a setting (tests/test_fusion.py checks each one exists)."""
+    """`stark-pg train fusion`'s option for a setting: every setting has one, `--<setting, - for _>`
+    (tests/test_fusion.py checks each exists)."""
     return "--" + setting.replace("_", "-")
 
 
@@ -62,7 +76,9 @@ def train_command(skb: str, settings: dict) -> str:
     words = ["stark-pg", "train", "fusion", shlex.quote(skb)]
     for f in fields(FusionSettings):
         value = settings.get(f.name, getattr(defaults, f.name))
-        if f.name not in NO_OPTION and value != getattr(defaults, f.name):
+        if f.name in TREE_SETTINGS and not isinstance(value, list):
+            value = [value]                   # stored before the tree settings were chosen among
+        if value != getattr(defaults, f.name):
             text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
             words += [option(f.name), shlex.quote(text)]
     return " ".join(words)
