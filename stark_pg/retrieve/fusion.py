@@ -16,6 +16,7 @@ import numpy as np
 import psycopg
 from psycopg import sql as pgsql
 
+from stark_pg.db.settings import local_setting
 from stark_pg.embed import encode_query
 from stark_pg.resources import template_sections
 from stark_pg.retrieve import Hit, Ranking
@@ -80,11 +81,8 @@ def generic_plan(conn: psycopg.Connection):
     server plans all of it afresh for each question's values. Generic, and once psycopg has prepared the
     statement (its fifth run on a connection), the plan is reused: on 30 val questions, SQL p50 97 ms
     against 137 for a bag of three, 73 against 95 for one model (docs/fusion.md, "Latency")."""
-    with conn.transaction():
-        (before,) = conn.execute("select current_setting('plan_cache_mode')").fetchone()
-        conn.execute("select set_config('plan_cache_mode', 'force_generic_plan', true)")
+    with local_setting(conn, "plan_cache_mode", "force_generic_plan"):
         yield
-        conn.execute("select set_config('plan_cache_mode', %s, true)", (before,))   # SET LOCAL outlives a savepoint
 
 
 def trained_dense(query: str, model: FusionModel):

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import psycopg
 
+from stark_pg.db.settings import local_setting
 from stark_pg.embed import canonical_name, encode_query, is_api_model
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Hit, Ranking
@@ -50,10 +51,8 @@ def ef_search_set(conn: psycopg.Connection, ef_search: int | None):
     if ef_search is None:
         yield
         return
-    with conn.transaction():
-        conn.execute("select set_config('stark.ef_search', %s, true)", (str(int(ef_search)),))
+    with local_setting(conn, "stark.ef_search", str(int(ef_search))):
         yield
-        conn.execute("select set_config('stark.ef_search', '', true)")   # a savepoint's SET LOCAL outlives it
 
 
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
