@@ -278,7 +278,8 @@ def fusion(
                                               "the rounds and leaves (comma-separated)."),
     link: int = typer.Option(5, "--link", help="Best name matches taken as the entities the question names "
                                                "(linked, hop1, hop2)."),
-    learning_rate: float = typer.Option(0.05, "--learning-rate"),
+    learning_rate: float = typer.Option(0.05, "--learning-rate", help="How far each boosting round moves the "
+                                                                      "scores (LightGBM's shrinkage)."),
     pool: int = typer.Option(100, "--pool", help="Shortlist per (field, scorer) pair: the candidates."),
     knn: int = typer.Option(10, "--knn", help="Nearest training queries behind type_share and knn_answer."),
     seed: int = typer.Option(1, "--seed", help="LightGBM's seed (it samples rows and features, 0.8 each)."),
@@ -308,9 +309,10 @@ def fusion(
 
     Features (stark.fusion_features, computed in SQL): BM25 and cosine per field (mFAR's pairs), the
     answer type the nearest training queries vote for, their answers, and graph proximity to the
-    entities the question names. The number of rounds is chosen by cross-validation on train; the
-    model is compiled to SQL and stored in stark.fusion_model. Needs `stark-pg index NAME
-    --relation-fields`. Then: `stark-pg eval NAME -m fusion`.
+    entities the question names. The number of rounds and the trees' size (--leaves,
+    --min-data-in-leaf) are chosen together by cross-validation on train; the model is compiled
+    to SQL and stored in stark.fusion_model. Needs `stark-pg index NAME --relation-fields`.
+    Then: `stark-pg eval NAME -m fusion`.
     """
     from stark_pg.train.fusion import FusionSettings, train_fusion
 
