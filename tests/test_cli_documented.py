@@ -45,3 +45,16 @@ def test_help_explains_the_command(command):
 
     result = CliRunner().invoke(app, [*command.split(), "--help"])
     assert result.exit_code == 0 and "Usage" in result.output
+
+
+def test_help_paragraphs_are_reflowed_to_the_terminal_not_the_source():
+    """A docstring's paragraph wrapped at the source's width is one paragraph in --help: at 200 columns
+    its sentences run on one line. Lists and indented lines keep their breaks."""
+    from typer.testing import CliRunner
+
+    from stark_pg.cli.app import reflowed
+
+    assert reflowed("one\ntwo\n\n- a\n- b\n\nx\n  y") == "one two\n\n- a\n- b\n\nx\n  y"
+    result = CliRunner().invoke(app, ["train", "fusion", "--help"], env={"COLUMNS": "200"}, terminal_width=200)
+    assert result.exit_code == 0
+    assert "(mFAR's pairs), the answer type the nearest training queries vote for" in result.output

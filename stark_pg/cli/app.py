@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 
 import typer
@@ -48,6 +49,31 @@ tune_commands.register(app)
 train_commands.register(app)
 app.add_typer(db_commands.app, name="db")
 app.add_typer(llm_cache_commands.app, name="llm-cache")
+
+
+def reflowed(text: str) -> str:
+    """The text with each paragraph's lines joined: typer's help keeps a docstring's single line breaks,
+    so a paragraph wrapped at the source's width came out ragged at any other terminal's. A paragraph
+    with a line that is indented, a list item or click's no-rewrap mark (\\b) keeps its breaks."""
+    def joined(paragraph: str) -> str:
+        lines = paragraph.split("\n")
+        kept = any(line[:1] in (" ", "\b") or line.startswith(("- ", "* ")) for line in lines)
+        return paragraph if kept else " ".join(line.strip() for line in lines)
+
+    return "\n\n".join(joined(p) for p in text.split("\n\n"))
+
+
+def _reflow_help(group: typer.Typer) -> None:
+    """Every command's help (its docstring, unless given) reflowed, through the sub-command groups."""
+    for info in group.registered_commands:
+        text = info.help or inspect.getdoc(info.callback)
+        if text:
+            info.help = reflowed(text)
+    for sub in group.registered_groups:
+        _reflow_help(sub.typer_instance)
+
+
+_reflow_help(app)
 
 
 def expected_errors() -> tuple[type[BaseException], ...]:
