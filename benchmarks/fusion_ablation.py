@@ -26,9 +26,8 @@ from stark_pg.embed import canonical_name, encode
 from stark_pg.eval import metrics
 from stark_pg.eval.query_sets import from_split
 from stark_pg.resources import queries as sql
-from stark_pg.retrieve.focus.answer_type import embed_split
 from stark_pg.skb.catalog import require_skb
-from stark_pg.train.fusion import FusionSettings, lightgbm_params, query_features, ranked_by
+from stark_pg.train.fusion import FusionSettings, lightgbm_params, prepare_training_split, query_features, ranked_by
 from stark_pg.train.fusion_model import bag_predict, chosen_trees, fit_bag
 
 GROUPS = {
@@ -38,6 +37,7 @@ GROUPS = {
     "knn_answer": lambda n: n == "knn_answer",
     "knn_best, knn_first": lambda n: n in ("knn_best", "knn_first"),
     "graph (linked, hop1, hop2)": lambda n: n in ("linked", "hop1", "hop2"),
+    "ent_answer, ent_best": lambda n: n in ("ent_answer", "ent_best"),
     "trained_dense": lambda n: n == "trained_dense",
 }
 
@@ -75,7 +75,7 @@ def main() -> None:
     if stored is None:
         raise SystemExit(f"no fusion model 'default' for {args.skb}: run `stark-pg train fusion {args.skb}` first")
     model = canonical_name(None)
-    embed_split(conn, args.skb, "train", model)
+    prepare_training_split(conn, args.skb, model)
     names = list(sql().fusion_feature_names(conn, skb=args.skb, model=model, trained_dense=False))
     started = time.perf_counter()
     data = {}

@@ -39,11 +39,10 @@ from stark_pg.embed import canonical_name, encode  # noqa: E402
 from stark_pg.eval import metrics  # noqa: E402
 from stark_pg.eval.query_sets import from_split  # noqa: E402
 from stark_pg.resources import queries as sql  # noqa: E402
-from stark_pg.retrieve.focus.answer_type import embed_split  # noqa: E402
 from stark_pg.skb.catalog import require_skb  # noqa: E402
 from stark_pg.train.extra_queries import read_extra_training_queries  # noqa: E402
 from stark_pg.train.fusion import (FusionSettings, check_fold_models, cross_fitted, hold_out,  # noqa: E402
-                                   lightgbm_params, query_features, ranked_by)
+                                   lightgbm_params, prepare_training_split, query_features, ranked_by)
 from stark_pg.train.fusion_model import bag_predict, fit_bag  # noqa: E402
 
 
@@ -95,7 +94,7 @@ def holdout_features(conn, skb: str, skb_id: int, seed: int, share: float, model
             with conn.cursor().copy("copy stark.query (skb_id, query_id, split, body, answer_ids) from stdin") as copy:
                 for q in pooled:
                     copy.write_row((skb_id, q.query_id, "train", q.body, q.answer_ids))
-            embed_split(conn, skb, "train", model)
+            prepare_training_split(conn, skb, model)
         hold_out(conn, skb_id, list(held))
         for q, v, f in zip(queries, vectors, fitted):
             (out if q.query_id in held else fit).append(feature_row(conn, skb, q, v, settings, model, f))
@@ -166,7 +165,7 @@ def main() -> None:
     conn = connect(args.dsn) if args.dsn else connect()
     skb_id = require_skb(conn, args.skb)
     model = canonical_name(None)
-    embed_split(conn, args.skb, "train", model)
+    prepare_training_split(conn, args.skb, model)
     if args.dense:
         check_fold_models(conn, skb_id, args.skb, args.dense, args.dense_folds)
     names = list(sql().fusion_feature_names(conn, skb=args.skb, model=model, trained_dense=bool(args.dense)))

@@ -14,9 +14,8 @@ from stark_pg.db import connect
 from stark_pg.embed import encode_query
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import MissingIndex, get_method
-from stark_pg.retrieve.focus.answer_type import embed_split
 from stark_pg.retrieve.fusion import template
-from stark_pg.train.fusion import FusionSettings, query_features, train_fusion
+from stark_pg.train.fusion import FusionSettings, prepare_training_split, query_features, train_fusion
 from stark_pg.train.fusion_model import load, option, train_command
 
 SKB = "syn-fusion"
@@ -37,7 +36,7 @@ def trained(server_url, template_db):
 def test_features_equal_their_sql_definitions_and_no_query_sees_its_own_answers(trained):
     url, _ = trained
     with connect(url) as conn:
-        embed_split(conn, SKB, "train", MODEL)
+        prepare_training_split(conn, SKB, MODEL)
         names = list(sql().fusion_feature_names(conn, skb=SKB, model=MODEL, trained_dense=False))
         skb_id = conn.execute("select skb_id from stark.skb where name = %s", (SKB,)).fetchone()[0]
         # a training question: its own row must not vote, nor give its answers
@@ -95,6 +94,61 @@ def test_features_equal_their_sql_definitions_and_no_query_sees_its_own_answers(
         for i, node in enumerate(ids):
             assert X[i, col["linked"]] == pytest.approx(weight.get(node, 0.0))
             assert X[i, col["hop1"]] == pytest.approx(hop1.get(node, 0.0))
+
+        # ent_answer and ent_best: the other training questions (not the same text) whose own best name
+        # matches share an entity with this question's, weighted by the largest product of the two weights
+        ent: dict[int, float] = {}
+        ent_best: dict[int, float] = {}
+        for other, answer_ids in conn.execute("select body, answer_ids from stark.query where skb_id = %s "
+                                              "and split = 'train' and body <> %s", (skb_id, body)):
+            matches = conn.execute("select node_id, score from stark.bm25_scores(%s, 'name', %s) "
+                                   "order by score desc, node_id limit 5", (skb_id, other)).fetchall()
+            shared = [weight[n] * s / matches[0][1] for n, s in matches if n in weight]
+            for a in answer_ids if shared else []:
+                ent[a] = ent.get(a, 0.0) + max(shared) / math.sqrt(len(answer_ids))
+                ent_best[a] = max(ent_best.get(a, 0.0), max(shared))
+        assert any(ent.get(node) for node in ids), "no candidate tests ent_answer"
+        for i, node in enumerate(ids):
+            assert X[i, col["ent_answer"]] == pytest.approx(ent.get(node, 0.0), abs=1e-9)
+            assert X[i, col["ent_best"]] == pytest.approx(ent_best.get(node, 0.0), abs=1e-9)
+
+
+def test_each_training_questions_name_matches_are_stored_and_follow_its_text(trained):
+    """stark.query_link (what ent_answer and ent_best read): the 20 best name matches of each training
+    question, as shares of the best; a question whose text changed is linked again, and a second call
+    with nothing changed adds nothing."""
+    url, _ = trained
+    with connect(url) as conn, conn.transaction(force_rollback=True):
+        prepare_training_split(conn, SKB, MODEL)
+        skb_id = conn.execute("select skb_id from stark.skb where name = %s", (SKB,)).fetchone()[0]
+        query_id, body = conn.execute(
+            "select q.query_id, q.body from stark.query q where q.skb_id = %s and q.split = 'train' order by "
+            "(select count(*) from stark.query_link l where l.skb_id = q.skb_id and l.query_id = q.query_id) desc, "
+            "q.query_id limit 1", (skb_id,)).fetchone()
+
+        def stored():
+            return conn.execute("select node_id, weight from stark.query_link where skb_id = %s and query_id = %s "
+                                "and body_md5 = md5(%s) order by rank", (skb_id, query_id, body)).fetchall()
+
+        def expected():
+            matches = conn.execute("select node_id, score from stark.bm25_scores(%s, 'name', %s) "
+                                   "order by score desc, node_id limit 20", (skb_id, body)).fetchall()
+            return [(n, s / matches[0][1]) for n, s in matches]
+
+        def same(rows, wanted):
+            return [n for n, _ in rows] == [n for n, _ in wanted] and \
+                [w for _, w in rows] == pytest.approx([w for _, w in wanted])
+
+        assert same(stored(), expected()) and len(stored()) > 1
+        assert sql().link_queries(conn, skb=SKB, split="train") == 0
+        other = conn.execute("select name from stark.node where skb_id = %s order by node_id desc limit 1",
+                             (skb_id,)).fetchone()[0]
+        body = f"which genes interact with {other}"
+        conn.execute("update stark.query set body = %s where skb_id = %s and query_id = %s", (body, skb_id, query_id))
+        assert sql().link_queries(conn, skb=SKB, split="train") == len(expected()) > 0
+        assert same(stored(), expected())
+        assert conn.execute("select count(*) from stark.query_link where skb_id = %s and query_id = %s",
+                            (skb_id, query_id)).fetchone()[0] == len(expected())
 
 
 def test_the_sql_score_equals_lightgbms_prediction_and_search_ranks_by_it(trained):
@@ -221,6 +275,30 @@ def test_migration_0035_keeps_each_stored_model_and_refuses_to_drop_a_bag(db_url
     with psycopg.connect(db_url) as c:
         assert c.execute("select booster from stark.fusion_model").fetchall() == [("tree text",)]
     upgrade(db_url)
+
+
+def test_migration_0036_adds_the_entity_features_and_its_downgrade_takes_them_back(db_url):
+    """0036 adds stark.query_link and the features ent_answer, ent_best (last); its downgrade restores
+    0035's functions, which compute features again without them, and drops the table."""
+    import psycopg
+    from alembic import command
+
+    from stark_pg.db.migrate import alembic_config, upgrade
+
+    def state():
+        with psycopg.connect(db_url) as c:
+            c.execute("insert into stark.skb (skb_id, name) values (7, 'sk') on conflict do nothing")
+            c.commit()
+            return (c.execute("select stark.fusion_feature_names('sk')").fetchone()[0][-2:],
+                    c.execute("select to_regclass('stark.query_link') is not null").fetchone()[0],
+                    c.execute("select count(*) from stark.fusion_features('sk', 'x', "
+                              "array_fill(0.1::real, array[384])::vector)").fetchone()[0])
+
+    assert state() == (["ent_answer", "ent_best"], True, 0)
+    command.downgrade(alembic_config(db_url), "0035")
+    assert state() == (["knn_best", "knn_first"], False, 0)
+    upgrade(db_url)
+    assert state() == (["ent_answer", "ent_best"], True, 0)
 
 
 def test_cross_validation_holds_each_fold_out_of_the_training_split(trained):

@@ -376,6 +376,8 @@ FUNCTIONS = {
     "fusion_features": (["text", "text", "vector", "text", "int", "int", "int", "bigint[]", "text[]", "vector[]"],
                         [names, texts, vectors, models, ints, ints, ints, id_arrays, model_arrays, vector_arrays]),
     "mean_cosine": (["text", "bigint[]", "text[]", "vector[]"], [names, id_arrays, model_arrays, vector_arrays]),
+    "entity_twin_answers": (["int", "bigint[]", "float8[]", "int", "text"],
+                            [skb_ids, id_arrays, float_arrays, ints, texts]),
 }
 
 
@@ -385,7 +387,7 @@ def test_every_function_of_the_sql_api_is_exercised(api):
                 "focus_domain_source", "focus_revise_sql", "focus_probe_sql", "focus_revise",
                 "carry_over_skb", "drop_orphan_tables", "drop_bm25_tables", "edge_type_link_build",
                 "focus_linked", "focus_complement", "focus_gather_sql",
-                "focus_edge_ends_sql"}   # these write, or are internal
+                "focus_edge_ends_sql", "link_queries"}   # these write, or are internal
     defined = {r[0] for r in api.execute("select proname from pg_proc where pronamespace = 'stark'::regnamespace")}
     assert defined - left_out - set(FUNCTIONS) == set()
 

@@ -276,8 +276,9 @@ def fusion(
     min_data_in_leaf: str = typer.Option("20", "--min-data-in-leaf", metavar="N[,N...]",
                                          help="Least training rows (candidates) a leaf may hold, chosen among with "
                                               "the rounds and leaves (comma-separated)."),
-    link: int = typer.Option(5, "--link", help="Best name matches taken as the entities the question names "
-                                               "(linked, hop1, hop2)."),
+    link: int = typer.Option(5, "--link", min=1, max=20,
+                             help="Best name matches taken as the entities a question names (linked, hop1, hop2, "
+                                  "and the training questions naming the same ones: ent_answer, ent_best)."),
     learning_rate: float = typer.Option(0.05, "--learning-rate", help="How far each boosting round moves the "
                                                                       "scores (LightGBM's shrinkage)."),
     pool: int = typer.Option(100, "--pool", help="Shortlist per (field, scorer) pair: the candidates."),
@@ -319,8 +320,8 @@ def fusion(
     candidates = integers(rounds, "--rounds", least=1)
     leaf_counts = integers(leaves, "--leaves", least=2)
     leaf_data = integers(min_data_in_leaf, "--min-data-in-leaf", least=1)
-    if folds < 2 or link < 1 or not 0 < learning_rate <= 1:
-        fail("--folds must be at least 2, --link at least 1, --learning-rate in (0, 1]")
+    if folds < 2 or not 0 < learning_rate <= 1:
+        fail("--folds must be at least 2, --learning-rate in (0, 1]")
     settings = FusionSettings(name=model_name, model=model, pool=pool, knn=knn, link=link, rounds=candidates,
                               folds=folds, leaves=leaf_counts, min_data_in_leaf=leaf_data,
                               learning_rate=learning_rate, seed=seed, bag=bag, limit=limit, dense=dense,

@@ -36,6 +36,9 @@ from stark_pg.train.fusion_model import (TREE_SETTINGS, FusionModel, FusionSetti
                                         tree_grid)
 
 
+MAX_LINK = 20     # stark.link_queries stores this many name matches per training question
+
+
 @dataclass
 class CrossFitted:
     """The fine-tuned dense models one query's trained_dense feature averages, and its vector under each."""
@@ -111,6 +114,9 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
     settings = settings or FusionSettings()
     if settings.bag < 1:
         raise ValueError(f"bag must be at least 1 (the models averaged), not {settings.bag}")
+    if not 1 <= settings.link <= MAX_LINK:
+        raise ValueError(f"link must be between 1 and {MAX_LINK} (the name matches stored per question), "
+                         f"not {settings.link}")
     if not settings.leaves or min(settings.leaves) < 2 or not settings.min_data_in_leaf \
             or min(settings.min_data_in_leaf) < 1 or not settings.rounds or min(settings.rounds) < 1:
         raise ValueError(f"leaves must be at least 2, min_data_in_leaf and rounds at least 1, each one value or "
@@ -126,7 +132,7 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
             raise ValueError(f"--extra-train {settings.extra_train}: no training question there that SKB {skb!r} "
                              f"lacks has an answer among its nodes ({extra.report})")
     model = canonical_name(settings.model)
-    embed_split(conn, skb, "train", model)        # the neighbours of type_share and knn_answer
+    prepare_training_split(conn, skb, model)
     queries = from_split(conn, skb_id, "train").queries[:settings.limit]
     if len(queries) < settings.folds * 2:
         raise ValueError(f"{len(queries)} training queries are too few for {settings.folds}-fold cross-validation")
@@ -192,6 +198,15 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
             "extra_train": extra.report or None, "features": len(names), "cv": cv} | chosen | {
             "bag": settings.bag, "importance": dict(list(importance.items())[:10]),
             "feature_seconds": round(featured - started, 1), "seconds": round(time.perf_counter() - started, 1)}
+
+
+def prepare_training_split(conn: psycopg.Connection, skb: str, model: str) -> None:
+    """What the features read of the training questions, stored where missing or stale: their vectors
+    (the nearest questions of type_share and the knn_* features) and their best name matches (the
+    questions naming the same entity of the ent_* features)."""
+    embed_split(conn, skb, "train", model)
+    with conn.transaction():
+        sql().link_queries(conn, skb=skb, split="train")
 
 
 def hold_out(conn: psycopg.Connection, skb_id: int, query_ids: list[int]) -> None:
