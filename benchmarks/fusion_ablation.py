@@ -7,8 +7,7 @@ Features of every train and val query are computed once (stark.fusion_features, 
 then for the full set and for the set without each group, LightGBM is fitted on all of train with
 the settings `stark-pg train fusion` uses (a bag of as many models, `--bag` overrides) and the number
 of rounds and leaves the stored model chose by cross-validation on train (`--rounds`, `--leaves`
-override), and scored on
-val. Val never chooses anything.
+override), and scored on val. Val never chooses anything.
 """
 
 from __future__ import annotations
@@ -120,8 +119,7 @@ def main() -> None:
         fit_seconds = time.perf_counter() - fit_started
         val = score(boosters, data["val"], keep)
         table.append({"variant": label, "features": len(keep), "rounds": rounds, "leaves": trees["leaves"],
-                      "bag": args.bag,
-                      "fit_seconds": round(fit_seconds, 1)} | val)
+                      "bag": args.bag, "fit_seconds": round(fit_seconds, 1)} | val)
         print(json.dumps(table[-1]), flush=True)
     if args.json:
         print(json.dumps(table, indent=2))

@@ -172,7 +172,8 @@ def main() -> None:
     settings = feature_settings(args.setting)
     changed = "".join(f"-{k}{getattr(settings, k)}" for k in FEATURE_SETTINGS
                       if getattr(settings, k) != getattr(FusionSettings(), k))     # in the cache files' names
-    params = lightgbm_params(settings, args.leaves, args.min_data_in_leaf) | {k: json.loads(v) for k, v in (p.split("=", 1) for p in args.param)}
+    params = lightgbm_params(settings, args.leaves, args.min_data_in_leaf) | {
+        k: json.loads(v) for k, v in (p.split("=", 1) for p in args.param)}
     extra = []
     if args.extra_train:
         picked = read_extra_training_queries(conn, skb_id, args.extra_train, args.extra_min_share)

@@ -15,7 +15,7 @@ from stark_pg.embed import encode_query
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import MissingIndex, get_method
 from stark_pg.retrieve.fusion import template
-from stark_pg.train.fusion import FusionSettings, prepare_training_split, query_features, train_fusion
+from stark_pg.train.fusion import MAX_LINK, FusionSettings, prepare_training_split, query_features, train_fusion
 from stark_pg.train.fusion_model import load, option, train_command
 
 SKB = "syn-fusion"
@@ -132,7 +132,7 @@ def test_each_training_questions_name_matches_are_stored_and_follow_its_text(tra
 
         def expected():
             matches = conn.execute("select node_id, score from stark.bm25_scores(%s, 'name', %s) "
-                                   "order by score desc, node_id limit 20", (skb_id, body)).fetchall()
+                                   "order by score desc, node_id limit %s", (skb_id, body, MAX_LINK)).fetchall()
             return [(n, s / matches[0][1]) for n, s in matches]
 
         def same(rows, wanted):
@@ -140,12 +140,12 @@ def test_each_training_questions_name_matches_are_stored_and_follow_its_text(tra
                 [w for _, w in rows] == pytest.approx([w for _, w in wanted])
 
         assert same(stored(), expected()) and len(stored()) > 1
-        assert sql().link_queries(conn, skb=SKB, split="train") == 0
+        assert sql().link_queries(conn, skb=SKB, split="train", depth=MAX_LINK) == 0
         other = conn.execute("select name from stark.node where skb_id = %s order by node_id desc limit 1",
                              (skb_id,)).fetchone()[0]
         body = f"which genes interact with {other}"
         conn.execute("update stark.query set body = %s where skb_id = %s and query_id = %s", (body, skb_id, query_id))
-        assert sql().link_queries(conn, skb=SKB, split="train") == len(expected()) > 0
+        assert sql().link_queries(conn, skb=SKB, split="train", depth=MAX_LINK) == len(expected()) > 0
         assert same(stored(), expected())
         assert conn.execute("select count(*) from stark.query_link where skb_id = %s and query_id = %s",
                             (skb_id, query_id)).fetchone()[0] == len(expected())
@@ -194,6 +194,8 @@ def test_cross_validation_chooses_the_trees_size_with_the_rounds_and_fits_with_i
         assert max(t["num_leaves"] for t in trees) == 2
         with pytest.raises(ValueError, match="leaves must be at least 2"):
             train_fusion(conn, SKB, FusionSettings(name="none", limit=40, leaves=[1, 7]))
+        with pytest.raises(ValueError, match=r"link \(--link\) must be between 1 and 20"):
+            train_fusion(conn, SKB, FusionSettings(name="none", limit=40, link=MAX_LINK + 1))
 
 
 def test_a_bag_scores_by_its_models_mean_in_sql_and_in_its_explanation(trained):

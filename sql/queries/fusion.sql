@@ -29,7 +29,7 @@ select name from stark.fusion_model where skb_id = :skb_id order by name;
 -- out of the training split, so that no question's nearest-question features draw on them.
 update stark.query set split = 'holdout' where skb_id = :skb_id and query_id = any(:query_ids) and split = 'train';
 
--- name: link_queries(skb, split)$
+-- name: link_queries(skb, split, depth)$
 -- The best name matches of the split's questions that have none stored for their text (stark.query_link:
 -- the ent_* features find the training questions naming an entity through them); rows added.
-select stark.link_queries(:skb, :split);
+select stark.link_queries(:skb, :split, :depth);

@@ -276,7 +276,7 @@ def fusion(
     min_data_in_leaf: str = typer.Option("20", "--min-data-in-leaf", metavar="N[,N...]",
                                          help="Least training rows (candidates) a leaf may hold, chosen among with "
                                               "the rounds and leaves (comma-separated)."),
-    link: int = typer.Option(5, "--link", min=1, max=20,
+    link: int = typer.Option(5, "--link", min=1,
                              help="Best name matches taken as the entities a question names (linked, hop1, hop2, "
                                   "and the training questions naming the same ones: ent_answer, ent_best)."),
     learning_rate: float = typer.Option(0.05, "--learning-rate", help="How far each boosting round moves the "

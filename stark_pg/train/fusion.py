@@ -5,10 +5,10 @@ Why this way: every signal stark-pg has about a (query, candidate) pair is alrea
 graph proximity to the entities the question names). A ranker learned on `train` weighs them per
 query far better than any fixed sum. PostgreSQL computes the features once per training query, with
 the very function search uses; LightGBM learns in seconds. The number of boosting rounds and the
-trees' size (leaves, data per leaf: the settings that over- or under-fit) are chosen together by k-fold
-cross-validation over the training queries, each fold's features computed again with its questions out of the training split (they would
-otherwise find each other as nearest training questions, which no val question can); the model is
-then fitted on all of them. With `bag` > 1, that many models are fitted there with
+trees' size (leaves, data per leaf: the settings that over- or under-fit) are chosen together by
+k-fold cross-validation over the training queries, each fold's features computed again with its
+questions out of the training split (they would otherwise find each other as nearest training
+questions, which no val question can); the model is then fitted on all of them. With `bag` > 1, that many models are fitted there with
 consecutive seeds and rank by their mean: a fit samples rows and features (0.8 each), and on held-out
 parts of train one seed's model differed from the next by as much as the gains sought (docs/fusion.md).
 Validation and test splits are never read.
@@ -115,8 +115,8 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
     if settings.bag < 1:
         raise ValueError(f"bag must be at least 1 (the models averaged), not {settings.bag}")
     if not 1 <= settings.link <= MAX_LINK:
-        raise ValueError(f"link must be between 1 and {MAX_LINK} (the name matches stored per question), "
-                         f"not {settings.link}")
+        raise ValueError(f"link (--link) must be between 1 and {MAX_LINK} (the name matches stored per training "
+                         f"question), not {settings.link}")
     if not settings.leaves or min(settings.leaves) < 2 or not settings.min_data_in_leaf \
             or min(settings.min_data_in_leaf) < 1 or not settings.rounds or min(settings.rounds) < 1:
         raise ValueError(f"leaves must be at least 2, min_data_in_leaf and rounds at least 1, each one value or "
@@ -206,7 +206,7 @@ def prepare_training_split(conn: psycopg.Connection, skb: str, model: str) -> No
     questions naming the same entity of the ent_* features)."""
     embed_split(conn, skb, "train", model)
     with conn.transaction():
-        sql().link_queries(conn, skb=skb, split="train")
+        sql().link_queries(conn, skb=skb, split="train", depth=MAX_LINK)
 
 
 def hold_out(conn: psycopg.Connection, skb_id: int, query_ids: list[int]) -> None:
