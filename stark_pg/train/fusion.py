@@ -8,10 +8,10 @@ the very function search uses; LightGBM learns in seconds. The number of boostin
 trees' size (leaves, data per leaf: the settings that over- or under-fit) are chosen together by
 k-fold cross-validation over the training queries, each fold's features computed again with its
 questions out of the training split (they would otherwise find each other as nearest training
-questions, which no val question can); the model is then fitted on all of them. With `bag` > 1, that many models are fitted there with
-consecutive seeds and rank by their mean: a fit samples rows and features (0.8 each), and on held-out
-parts of train one seed's model differed from the next by as much as the gains sought (docs/fusion.md).
-Validation and test splits are never read.
+questions, which no val question can); the model is then fitted on all of them. With `bag` > 1,
+that many models are fitted there with consecutive seeds and rank by their mean: a fit samples rows
+and features (0.8 each), and on held-out parts of train one seed's model differed from the next by
+as much as the gains sought (docs/fusion.md). Validation and test splits are never read.
 """
 
 from __future__ import annotations
@@ -161,8 +161,9 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
 
     order = np.random.default_rng(settings.seed).permutation(len(data))
     folds = np.array_split(order, settings.folds)
+    rounds_tried = sorted(set(settings.rounds))
     # (index in grid, rounds) -> each held-out question's metrics
-    scores: dict[tuple[int, int], list] = {(g, r): [] for g in range(len(grid)) for r in sorted(set(settings.rounds))}
+    scores: dict[tuple[int, int], list] = {(g, r): [] for g in range(len(grid)) for r in rounds_tried}
     for k, held in enumerate(folds):
         # the fold's questions leave the training split while every question's features are computed
         # again, so that no nearest-question feature draws on them: what val's questions see of train
@@ -177,12 +178,12 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
         for g, trees in enumerate(grid):
             # one fit at the most rounds, scored after each number of rounds: a fit's first r rounds are
             # the fit of r rounds (the seeded sampling draws round by round)
-            (booster,) = fit(fitted, trees, max(settings.rounds))
-            for rounds in sorted(set(settings.rounds)):
+            (booster,) = fit(fitted, trees, rounds_tried[-1])
+            for rounds in rounds_tried:
                 predict = partial(booster.predict, num_iteration=rounds)
                 scores[g, rounds] += [_query_metrics(predict, fold_data[i], queries[i].answer_ids) for i in held]
-    cv = [grid[g] | {"rounds": r} | {m: round(float(np.mean([s[m] for s in scores[g, r]])), 4) for m in ("hit@1", "mrr")}
-          for g, r in scores]
+    cv = [grid[g] | {"rounds": r} | {m: round(float(np.mean([s[m] for s in held_out])), 4) for m in ("hit@1", "mrr")}
+          for (g, r), held_out in scores.items()]
     # the best MRR; a tie goes to the simpler model: the earlier in the grid, then fewer rounds
     best = max(range(len(cv)), key=lambda i: (cv[i]["mrr"], -i))
     chosen = {f"chosen_{key}": cv[best][key] for key in (*TREE_SETTINGS, "rounds")}
