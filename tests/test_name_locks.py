@@ -23,7 +23,7 @@ from stark_pg.skb.locks import lock_skb_name, skb_name_locked
 
 NAME = "synthetic-300"
 SYNTHETIC = ("load", "synthetic", "--nodes", "300", "--edges-per-node", "4", "--seed", "3")
-WAITING = "waiting for another process loading, indexing or dropping 'synthetic-300'"
+WAITING = "waiting for another process loading, indexing, dropping or linking 'synthetic-300'"
 
 
 def advisory_locks(url: str, *, granted: bool, pid: int | None = None) -> int:
@@ -118,3 +118,28 @@ def test_two_index_builds_of_one_name_at_once_both_succeed(cli, db_url):
         assert c.execute("select count(*) from stark.lex_doc where scope = '*'").fetchone()[0] == 300
     cli("drop", NAME)  # drops take the same lock, in their transaction
     assert "no SKBs loaded yet" in cli("info").stdout
+
+
+LINK = ("import sys; from stark_pg.db import connect; from stark_pg.train.fusion import prepare_training_split\n"
+        "with connect() as conn:\n"
+        "    prepare_training_split(conn, sys.argv[1], 'all-MiniLM-L6-v2')\n")
+
+
+def test_two_trainings_linking_the_same_new_questions_both_succeed(cli, db_url):
+    """`train fusion` stores each new training question's name matches (stark.query_link) before it fits:
+    two of one SKB at once queue on the name's lock rather than insert the same rows twice."""
+    cli(*SYNTHETIC)
+    cli("index", NAME, "--no-dense", "-q")
+    env = os.environ | {"STARK_PG_DSN": db_url}
+    with connect(db_url) as holder, holder.transaction():
+        lock_skb_name(holder, NAME)
+        links = [subprocess.Popen([sys.executable, "-c", LINK, NAME], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, env=env) for _ in range(2)]
+        wait_until_waiting(db_url, links)
+    for out, err in [link.communicate(timeout=600) for link in links]:
+        assert WAITING in err and "Traceback" not in err, err
+    assert [link.returncode for link in links] == [0, 0]
+    with psycopg.connect(db_url) as c:
+        linked, rows = c.execute("select count(distinct query_id), count(*) from stark.query_link").fetchone()
+        train = c.execute("select count(*) from stark.query where split = 'train'").fetchone()[0]
+    assert 0 < linked <= train and rows > linked

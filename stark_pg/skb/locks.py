@@ -1,7 +1,9 @@
-"""One writer per SKB name: loads, drops and index builds of one name queue behind each other.
+"""One writer per SKB name: loads, drops, index builds and the linking of training questions of one
+name queue behind each other.
 
 Two loads of one name at once would both find it absent and both insert it (a raw UniqueViolation),
-two index builds would insert the same postings (`lex_doc_pkey`). A PostgreSQL advisory lock keyed on
+two index builds would insert the same postings (`lex_doc_pkey`), two `train fusion` runs the same
+name matches of a new training question (`query_link_pkey`). A PostgreSQL advisory lock keyed on
 the name (sql/queries/skb.sql) makes the second wait for the first; it says so on stderr first, so a
 command that seems stuck explains itself. Loads and drops hold the lock for their one transaction;
 index builds commit as they go, so they hold the same lock at session level until they end.
@@ -19,8 +21,8 @@ from stark_pg.resources import queries as sql
 
 
 def _say_waiting(name: str) -> None:
-    print(f"waiting for another process loading, indexing or dropping {name!r} to finish...", file=sys.stderr,
-          flush=True)
+    print(f"waiting for another process loading, indexing, dropping or linking {name!r} to finish...",
+          file=sys.stderr, flush=True)
 
 
 def lock_skb_name(conn: psycopg.Connection, name: str) -> None:

@@ -30,6 +30,7 @@ from stark_pg.progress import NullReporter, Reporter
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve.focus.answer_type import embed_split
 from stark_pg.skb.catalog import require_skb
+from stark_pg.skb.locks import lock_skb_name
 from stark_pg.train.dense import FOLD_SEED
 from stark_pg.train.extra_queries import ExtraQueries, read_extra_training_queries
 from stark_pg.train.fusion_model import (TREE_SETTINGS, FusionModel, FusionSettings, compile_sql, fit_bag, save,
@@ -204,9 +205,12 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
 def prepare_training_split(conn: psycopg.Connection, skb: str, model: str) -> None:
     """What the features read of the training questions, stored where missing or stale: their vectors
     (the nearest questions of type_share and the knn_* features) and their best name matches (the
-    questions naming the same entity of the ent_* features)."""
+    questions naming the same entity of the ent_* features). The links are stored under the SKB's
+    name lock: two trainings of one SKB at once would otherwise insert the same new question's rows
+    (vectors are upserted and need none)."""
     embed_split(conn, skb, "train", model)
     with conn.transaction():
+        lock_skb_name(conn, skb)
         sql().link_queries(conn, skb=skb, split="train", depth=MAX_LINK)
 
 
