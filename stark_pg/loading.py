@@ -40,9 +40,11 @@ class LoadOutcome:
     summary: object                               # stark_pg.skb.store.LoadSummary
     kept: list[str] = field(default_factory=list)         # index kinds carried over from a replaced version
     refreshed: dict = field(default_factory=dict)         # what refresh_indexes rebuilt (empty with refresh off)
+    prepared: dict = field(default_factory=dict)          # prepare_fusion_questions' counts per query encoder
 
     def to_dict(self) -> dict:
-        return self.summary.to_dict() | ({"refreshed": self.refreshed} if self.refreshed else {})
+        return self.summary.to_dict() | ({"refreshed": self.refreshed} if self.refreshed else {}) | (
+            {"fusion_questions": self.prepared} if self.prepared else {})
 
 
 def check_if_exists(value: str, setting: str = "--if-exists") -> str:
@@ -69,9 +71,11 @@ def load_opened(conn: psycopg.Connection, opened: OpenedSource, name: str | None
                 if_exists: str = "replace", drop_dangling: bool = False, refresh: bool = True,
                 progress: Reporter | None = None, skb_setting: str = "--skb NAME") -> LoadOutcome:
     """Load an opened source: an SKB as `name` (default: the source's own name), or query files into the
-    loaded SKB `skb`; then refresh the indexes a replace carried over unless `refresh` is off."""
+    loaded SKB `skb`; then, unless `refresh` is off, refresh the indexes a replace carried over and
+    prepare the training questions for the SKB's fusion models (stark_pg.train.fusion)."""
     from stark_pg.index.refresh import carried_indexes, refresh_indexes
     from stark_pg.skb.store import load_queries, load_skb
+    from stark_pg.train.fusion import prepare_fusion_questions
 
     check_if_exists(if_exists)
     if opened.query_only:
@@ -83,4 +87,5 @@ def load_opened(conn: psycopg.Connection, opened: OpenedSource, name: str | None
                            progress=progress)
     kinds = carried_indexes(summary.carried)
     refreshed = refresh_indexes(conn, summary.name, kinds, progress) if kinds and refresh else {}
-    return LoadOutcome(summary, kinds, refreshed)
+    prepared = prepare_fusion_questions(conn, summary.name) if refresh and summary.status != "skipped" else {}
+    return LoadOutcome(summary, kinds, refreshed, prepared)

@@ -554,3 +554,41 @@ def test_the_slices_extra_training_questions_come_from_the_full_benchmarks_train
     r = picked.report
     assert r["read"] == r["other_split"] + r["already_in_skb"] + r["no_answer_in_skb"] + r["kept"]
     assert r["kept"] == len(picked.queries) and r["answers_kept"] == sum(len(q.answer_ids) for q in picked.queries)
+
+
+def test_training_questions_loaded_after_training_are_prepared_for_the_fusion_models(trained, tmp_path):
+    """Search never writes: a training question loaded after `train fusion` would lack the vector and
+    the name matches its nearest-question and same-entity features read. Loading queries into an SKB
+    with fusion models stores both (not with --no-refresh, which leaves it to the next training)."""
+    from stark_pg.loading import load_opened, open_source
+
+    url, _ = trained
+    with connect(url) as conn, conn.transaction(force_rollback=True):
+        skb_id = conn.execute("select skb_id from stark.skb where name = %s", (SKB,)).fetchone()[0]
+        own = conn.execute("select query_id, body, answer_ids, split from stark.query where skb_id = %s "
+                           "order by query_id", (skb_id,)).fetchall()
+        other = conn.execute("select name from stark.node where skb_id = %s order by node_id desc limit 1",
+                             (skb_id,)).fetchone()[0]
+        new = (30_000_001, f"which genes interact with {other}", own[0][2])
+        splits: dict[str, list[int]] = {}
+        for query_id, _, _, split in own:
+            splits.setdefault(split, []).append(query_id)
+        splits["train"].append(new[0])
+        qa = _write_qa(tmp_path / "qa", [(q, b, a) for q, b, a, _ in own] + [new], splits)
+
+        def stored():
+            vectors = conn.execute("select count(*) from stark.query_vector where skb_id = %s and query_id = %s "
+                                   "and model = %s and body_md5 = md5(%s)", (skb_id, new[0], MODEL, new[1])).fetchone()[0]
+            links = conn.execute("select count(*) from stark.query_link where skb_id = %s and query_id = %s "
+                                 "and body_md5 = md5(%s)", (skb_id, new[0], new[1])).fetchone()[0]
+            return vectors, links
+
+        with conn.transaction(force_rollback=True):
+            skipped = load_opened(conn, open_source(qa), skb=SKB, refresh=False)
+            assert skipped.prepared == {} and "fusion_questions" not in skipped.to_dict() and stored() == (0, 0)
+        outcome = load_opened(conn, open_source(qa), skb=SKB)
+        vectors, links = stored()
+        assert outcome.prepared == {MODEL: {"embedded": 1, "link_rows": links}} and vectors == 1 and links > 0
+        assert outcome.to_dict()["fusion_questions"] == outcome.prepared
+        again = load_opened(conn, open_source(qa), skb=SKB)          # nothing new the second time
+        assert again.prepared == {MODEL: {"embedded": 0, "link_rows": 0}}

@@ -24,6 +24,10 @@ from stark.fusion_model where skb_id = :skb_id and name = :name;
 -- name: fusion_model_names(skb_id)
 select name from stark.fusion_model where skb_id = :skb_id order by name;
 
+-- name: fusion_embed_models(skb_id)
+-- The query encoders of the SKB's fusion models: each needs the training questions embedded with it.
+select distinct embed_model from stark.fusion_model where skb_id = :skb_id order by embed_model;
+
 -- name: hold_out_queries(skb_id, query_ids)!
 -- Cross-validation's held-out fold (stark_pg/train/fusion.py), inside a transaction that is rolled back:
 -- out of the training split, so that no question's nearest-question features draw on them.

@@ -36,7 +36,9 @@ def load(
                                                              "(default: STARK_PG_HOME/downloads)."),
     refresh: bool = typer.Option(True, "--refresh/--no-refresh",
                                  help="After a replace: bring the kept indexes up to date (only nodes whose "
-                                      "text changed are re-done). With --no-refresh, run `stark-pg index` later."),
+                                      "text changed are re-done); after any load: embed and link new training "
+                                      "questions for the SKB's fusion models. With --no-refresh, run `stark-pg "
+                                      "index` (and `stark-pg train fusion`) later."),
     json_: bool = typer.Option(False, "--json", help="Print the load summary as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -56,7 +58,7 @@ def load(
     with state(ctx).connect() as conn:
         outcome = load_opened(conn, opened, name, skb=skb, if_exists=if_exists, drop_dangling=drop_dangling,
                               refresh=refresh, progress=progress)
-    summary, kinds, refreshed = outcome.summary, outcome.kept, outcome.refreshed
+    summary, kinds, refreshed, prepared = outcome.summary, outcome.kept, outcome.refreshed, outcome.prepared
     if json_:
         print_json(outcome.to_dict())
         return
@@ -64,6 +66,9 @@ def load(
     if summary.carried:
         kept = ", ".join(f"{table} {rows:,}" for table, rows in summary.carried.items())
         out.print(f"kept from the replaced version (rows): {kept}", highlight=False)
+    for model, counts in prepared.items():
+        out.print(f"training questions for fusion models ({model}): {counts['embedded']:,} embedded, "
+                  f"{counts['link_rows']:,} name matches stored", highlight=False)
     if refreshed:
         out.print(f"indexes refreshed for changed nodes: {', '.join(refreshed)}", highlight=False)
     elif kinds:

@@ -202,16 +202,27 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
             "feature_seconds": round(featured - started, 1), "seconds": round(time.perf_counter() - started, 1)}
 
 
-def prepare_training_split(conn: psycopg.Connection, skb: str, model: str) -> None:
+def prepare_training_split(conn: psycopg.Connection, skb: str, model: str) -> dict:
     """What the features read of the training questions, stored where missing or stale: their vectors
     (the nearest questions of type_share and the knn_* features) and their best name matches (the
-    questions naming the same entity of the ent_* features). The links are stored under the SKB's
-    name lock: two trainings of one SKB at once would otherwise insert the same new question's rows
-    (vectors are upserted and need none)."""
-    embed_split(conn, skb, "train", model)
+    questions naming the same entity of the ent_* features); how many of each it stored. The links are
+    stored under the SKB's name lock: two trainings of one SKB at once would otherwise insert the same
+    new question's rows (vectors are upserted and need none)."""
+    embedded = embed_split(conn, skb, "train", model)
     with conn.transaction():
         lock_skb_name(conn, skb)
-        sql().link_queries(conn, skb=skb, split="train", depth=MAX_LINK)
+        links = sql().link_queries(conn, skb=skb, split="train", depth=MAX_LINK)
+    return {"embedded": embedded, "link_rows": links}
+
+
+def prepare_fusion_questions(conn: psycopg.Connection, skb: str) -> dict:
+    """After new training questions are loaded into an SKB that has fusion models: what those models'
+    features read of them, prepared now ({query encoder: prepare_training_split's counts}; empty when the
+    SKB has no fusion model). Search never writes, so without this a new question would stay invisible
+    to the nearest-question and same-entity features until the next `train fusion`."""
+    skb_id = require_skb(conn, skb)
+    models = [model for (model,) in sql().fusion_embed_models(conn, skb_id=skb_id)]
+    return {model: prepare_training_split(conn, skb, model) for model in models}
 
 
 def hold_out(conn: psycopg.Connection, skb_id: int, query_ids: list[int]) -> None:
