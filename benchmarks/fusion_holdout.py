@@ -7,6 +7,9 @@ Run by hand (figures in docs/fusion.md, "How far cross-validation can be trusted
     python benchmarks/fusion_holdout.py stark-prime-ibd --seed 1 --no-groups --features DIR \
         --extra-train ../shared/data/stark-qa/primekg      # also fit on STaRK's partly-inside training questions
     python benchmarks/fusion_holdout.py stark-prime-ibd --seed 1 --no-groups --features DIR --setting knn=20
+    python benchmarks/fusion_holdout.py stark-prime-ibd --seed 1 --no-groups --features DIR --keep 0.5 --keep 1
+        # a learning curve: half of the rest of train, then all of it; each row also splits the held-out
+        # questions by whether a fitted question has exactly their answers (a twin)
 
 Why: `stark-pg train fusion` chose its rounds by k-fold cross-validation over features computed once
 for all training questions, so a held-out question's neighbour features (type_share, knn_answer) draw
@@ -53,6 +56,23 @@ def held_ids(conn, skb_id: int, seed: int, share: float) -> set[int]:
     return {queries[i].query_id for i in order[: int(len(queries) * share)]}
 
 
+def dropped_ids(conn, skb_id: int, seed: int, share: float, keep: float) -> set[int]:
+    """With `keep` < 1, the training questions outside the held-out part that are left out altogether (the
+    learning curve: only `keep` of them stay in the training split, to be fitted on and drawn on). Seeded
+    by the draw, and nested: a smaller `keep` leaves out a superset of what a larger one does."""
+    held = held_ids(conn, skb_id, seed, share)
+    rest = [q.query_id for q in from_split(conn, skb_id, "train").queries if q.query_id not in held]
+    order = np.random.default_rng([seed, 1]).permutation(len(rest))
+    return {rest[i] for i in order[int(round(len(rest) * keep)):]}
+
+
+def has_twin(question, others: list) -> bool:
+    """Whether another question (of other text) has exactly its answers: on the slice the strongest
+    predictor of a first-place answer (docs/fusion.md, "How much train there is")."""
+    answers = set(question.answer_ids)
+    return any(set(o.answer_ids) == answers and o.body != question.body for o in others)
+
+
 FEATURE_SETTINGS = ("pool", "knn", "link")       # the settings of train fusion that change the features
 
 
@@ -76,14 +96,16 @@ def feature_row(conn, skb: str, q, vector, settings: FusionSettings, model: str,
 
 def holdout_features(conn, skb: str, skb_id: int, seed: int, share: float, model: str,
                      dense: str | None = None, dense_folds: int = 2, pooled: list | None = None,
-                     settings: FusionSettings | None = None):
+                     settings: FusionSettings | None = None, keep: float = 1.0):
     """(fit rows, held rows) of (query, ids, X, y), computed with the held part relabelled; rolled back.
+    With `keep` < 1 the questions of dropped_ids are relabelled too, and neither fitted nor scored.
     With `dense`, trained_dense is cross-fitted over the whole training split, as `train fusion --dense`
     does: a held-out question, like every other, is scored by the fold model that never saw it.
     `pooled` questions are added to the training split for the time of the transaction, as if loaded:
     every question's nearest-question features draw on them too, and they are fitted on."""
     settings = settings or FusionSettings()
-    queries = from_split(conn, skb_id, "train").queries
+    dropped = dropped_ids(conn, skb_id, seed, share, keep) if keep < 1 else set()
+    queries = [q for q in from_split(conn, skb_id, "train").queries if q.query_id not in dropped]
     held = held_ids(conn, skb_id, seed, share)
     fitted = cross_fitted(conn, skb_id, queries, dense, dense_folds) if dense else [None] * len(queries)
     queries, fitted = queries + list(pooled or []), fitted + [None] * len(pooled or [])
@@ -95,7 +117,7 @@ def holdout_features(conn, skb: str, skb_id: int, seed: int, share: float, model
                 for q in pooled:
                     copy.write_row((skb_id, q.query_id, "train", q.body, q.answer_ids))
             prepare_training_split(conn, skb, model)
-        hold_out(conn, skb_id, list(held))
+        hold_out(conn, skb_id, list(held | dropped))
         for q, v, f in zip(queries, vectors, fitted):
             (out if q.query_id in held else fit).append(feature_row(conn, skb, q, v, settings, model, f))
     return fit, out
@@ -132,6 +154,10 @@ def main() -> None:
     parser.add_argument("--dsn", default=None)
     parser.add_argument("--seed", type=int, action="append", help="holdout draw (repeatable; default 1)")
     parser.add_argument("--share", type=float, default=0.2, help="share of train held out")
+    parser.add_argument("--keep", type=float, action="append",
+                        help="share of the rest of train kept (fitted on, and drawn on by the nearest-question "
+                             "features); the others leave the training split: a learning curve (repeatable; "
+                             "default 1)")
     parser.add_argument("--rounds", default="100", help="boosting rounds to report (comma-separated)")
     parser.add_argument("--leaves", type=int, default=15,
                         help="leaves per tree (train fusion chooses among --leaves 7,15 by cross-validation)")
@@ -179,17 +205,20 @@ def main() -> None:
         picked = read_extra_training_queries(conn, skb_id, args.extra_train, args.extra_min_share)
         extra = picked.queries
         print(json.dumps({"extra_train": picked.report}), file=sys.stderr, flush=True)
+    if any(not 0 < k <= 1 for k in args.keep or []) or (args.keep and (extra or args.dense)):
+        raise SystemExit("--keep: shares in (0, 1], without --extra-train or --dense")
     table = []
-    for seed in args.seed or [1]:
+    for seed, kept in [(seed, kept) for seed in args.seed or [1] for kept in args.keep or [1.0]]:
         tag = f"-dense-{args.dense}-{args.dense_folds}" if args.dense else ""
         tag += f"-pooled{len(extra)}" if args.extra_pool else ""
-        tag += changed
+        tag += changed + (f"-keep{kept}" if kept < 1 else "")
         cached = Path(args.features) / f"{args.skb}-seed{seed}-share{args.share}{tag}.pkl" if args.features else None
         if cached and cached.exists():
             fit_rows, held_rows = pickle.loads(cached.read_bytes())
         else:
             fit_rows, held_rows = holdout_features(conn, args.skb, skb_id, seed, args.share, model, args.dense,
-                                                   args.dense_folds, extra if args.extra_pool else None, settings)
+                                                   args.dense_folds, extra if args.extra_pool else None, settings,
+                                                   kept)
             if cached:
                 cached.parent.mkdir(parents=True, exist_ok=True)
                 cached.write_bytes(pickle.dumps((fit_rows, held_rows)))
@@ -203,6 +232,7 @@ def main() -> None:
                 if cached_extra:
                     cached_extra.write_bytes(pickle.dumps(extra_rows))
             fit_rows = fit_rows + extra_rows
+        twin = [has_twin(q, [r[0] for r in fit_rows]) for q, *_ in held_rows]
         for label, keep in variants(names, args.groups):
             usable = [r for r in fit_rows if len(r[1])]
             matrix = (lambda X: relative(X[:, keep])) if args.relative else (lambda X: X[:, keep])
@@ -214,17 +244,21 @@ def main() -> None:
                                            if len(ids) else [], q.answer_ids)
                           for q, ids, X, _ in held_rows]
                 table.append({"seed": seed, "variant": label, "rounds": rounds, "held": len(held_rows),
-                              "fitted": len(fit_rows)}
-                             | {m: round(float(np.mean([s[m] for s in scores])), 3) for m in ("hit@1", "mrr")})
+                              "fitted": len(fit_rows), "keep": kept}
+                             | {m: round(float(np.mean([s[m] for s in scores])), 3) for m in ("hit@1", "mrr")}
+                             | {"with_twin": sum(twin)}
+                             | {f"{m} {part}": round(float(np.mean(picked)), 3) if picked else None
+                                for m in ("hit@1", "mrr") for part, wanted in (("twin", True), ("no twin", False))
+                                for picked in [[s[m] for s, t in zip(scores, twin) if t == wanted]]})
                 print(json.dumps(table[-1]), file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps(table, indent=2))
         return
-    print("| seed | variant | rounds | fitted questions | held-out questions | Hit@1 | MRR |")
+    print("| seed | variant | rounds | fitted questions | held-out questions (with a twin) | Hit@1 | MRR |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in table:
-        print(f"| {r['seed']} | {r['variant']} | {r['rounds']} | {r['fitted']} | {r['held']} | {r['hit@1']:.3f} "
-              f"| {r['mrr']:.3f} |")
+        print(f"| {r['seed']} | {r['variant']} | {r['rounds']} | {r['fitted']} | {r['held']} ({r['with_twin']}) "
+              f"| {r['hit@1']:.3f} | {r['mrr']:.3f} |")
 
 
 if __name__ == "__main__":
