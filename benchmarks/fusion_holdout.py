@@ -222,6 +222,8 @@ def main() -> None:
             if cached:
                 cached.parent.mkdir(parents=True, exist_ok=True)
                 cached.write_bytes(pickle.dumps((fit_rows, held_rows)))
+        # a twin among the training split's questions (not the extra ones, which only the fit sees)
+        twin = [has_twin(q, [r[0] for r in fit_rows]) for q, *_ in held_rows]
         if extra and not args.extra_pool:
             cached_extra = (Path(args.features) / f"{args.skb}-seed{seed}-share{args.share}{tag}-extra{len(extra)}.pkl"
                             if args.features else None)
@@ -232,7 +234,6 @@ def main() -> None:
                 if cached_extra:
                     cached_extra.write_bytes(pickle.dumps(extra_rows))
             fit_rows = fit_rows + extra_rows
-        twin = [has_twin(q, [r[0] for r in fit_rows]) for q, *_ in held_rows]
         for label, keep in variants(names, args.groups):
             usable = [r for r in fit_rows if len(r[1])]
             matrix = (lambda X: relative(X[:, keep])) if args.relative else (lambda X: X[:, keep])

@@ -592,3 +592,13 @@ def test_training_questions_loaded_after_training_are_prepared_for_the_fusion_mo
         assert outcome.to_dict()["fusion_questions"] == outcome.prepared
         again = load_opened(conn, open_source(qa), skb=SKB)          # nothing new the second time
         assert again.prepared == {MODEL: {"embedded": 0, "link_rows": 0}}
+
+    from conftest import cli_runner
+
+    cli = cli_runner(url)        # the same from the command line, committed, then the SKB's own questions back
+    said = cli("load", qa, "--skb", SKB).stdout
+    assert f"training questions for fusion models ({MODEL}): 1 embedded" in said, said
+    restore = _write_qa(tmp_path / "own", [(q, b, a) for q, b, a, _ in own],
+                        {split: [q for q in ids if q != new[0]] for split, ids in splits.items()})
+    said = cli("load", restore, "--skb", SKB).stdout
+    assert "training questions for fusion models" not in said, said        # nothing new: nothing said

@@ -66,7 +66,7 @@ def load(
     if summary.carried:
         kept = ", ".join(f"{table} {rows:,}" for table, rows in summary.carried.items())
         out.print(f"kept from the replaced version (rows): {kept}", highlight=False)
-    for model, counts in prepared.items():
+    for model, counts in ((m, c) for m, c in prepared.items() if any(c.values())):
         out.print(f"training questions for fusion models ({model}): {counts['embedded']:,} embedded, "
                   f"{counts['link_rows']:,} name matches stored", highlight=False)
     if refreshed:
