@@ -303,6 +303,31 @@ def test_migration_0036_adds_the_entity_features_and_its_downgrade_takes_them_ba
     assert state() == (["ent_answer", "ent_best"], True, 0)
 
 
+def test_repeated_cross_validation_holds_each_question_out_once_per_repeat(trained):
+    """`--repeats N`: cross-validation over N seeded draws of the folds, averaged. Each draw partitions the
+    questions, the first is the draw a single cross-validation makes, and every question is scored once
+    per repeat (a second draw that repeated the first would leave the figures unchanged)."""
+    from stark_pg.train.fusion import cross_validation_folds
+
+    drawn = list(cross_validation_folds(20, FusionSettings(folds=2, repeats=3)))
+    assert [(repeat, k) for repeat, k, _ in drawn] == [(r, k) for r in range(3) for k in range(2)]
+    for r in range(3):
+        assert sorted(np.concatenate([held for repeat, _, held in drawn if repeat == r]).tolist()) == list(range(20))
+    single = np.array_split(np.random.default_rng(1).permutation(20), 2)
+    assert all(np.array_equal(a, b) for a, b in zip([held for repeat, _, held in drawn if repeat == 0], single))
+    assert len({tuple(sorted(drawn[2 * r][2].tolist())) for r in range(3)}) == 3
+    url, _ = trained
+    with connect(url) as conn:
+        settings = dict(limit=20, rounds=[5, 15], folds=2, leaves=[7], min_data_in_leaf=[5], bag=1)
+        once = train_fusion(conn, SKB, FusionSettings(name="once", **settings))
+        twice = train_fusion(conn, SKB, FusionSettings(name="twice", repeats=2, **settings))
+        with pytest.raises(ValueError, match="repeats"):
+            train_fusion(conn, SKB, FusionSettings(name="none", repeats=0, **settings))
+    assert {row["scored"] for row in once["cv"]} == {20} and {row["scored"] for row in twice["cv"]} == {40}
+    assert [row["mrr"] for row in twice["cv"]] != [row["mrr"] for row in once["cv"]]
+    assert twice["repeats"] == 2 and "--repeats 2" in train_command(SKB, {"repeats": 2})
+
+
 def test_cross_validation_holds_each_fold_out_of_the_training_split(trained):
     """A fold's questions are scored with features computed as if they were new: with them out of the
     training split (hold_out), a held question's features equal those it gets once the whole fold is
@@ -394,7 +419,8 @@ def test_train_and_search_from_the_command_line(trained):
     assert "run `stark-pg train fusion" in bad.stderr and "Traceback" not in bad.stderr
     bad = cli("train", "fusion", SKB, "--bag", "0", "-q", expect=2)
     assert "--bag" in bad.stderr and "Traceback" not in bad.stderr
-    for option, value in (("--leaves", "1,7"), ("--leaves", "7,x"), ("--min-data-in-leaf", "0"), ("--rounds", "")):
+    for option, value in (("--leaves", "1,7"), ("--leaves", "7,x"), ("--min-data-in-leaf", "0"), ("--rounds", ""),
+                          ("--repeats", "0")):
         bad = cli("train", "fusion", SKB, option, value, "-q", expect=2)
         assert option in bad.stderr and "Traceback" not in bad.stderr
 

@@ -32,6 +32,7 @@ class FusionSettings:
     link: int = 5                     # name matches taken as the entities the question names
     rounds: list[int] = field(default_factory=lambda: [100, 200, 400])   # chosen among by cross-validation
     folds: int = 5
+    repeats: int = 1                  # cross-validation repeated over this many draws of the folds, averaged
     leaves: list[int] = field(default_factory=lambda: [7, 15])  # leaves per tree, chosen among with the rounds
     learning_rate: float = 0.05
     min_data_in_leaf: list[int] = field(default_factory=lambda: [20])  # chosen among with the rounds
