@@ -113,9 +113,10 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
     import lightgbm
 
     settings = settings or FusionSettings()
-    if settings.bag < 1 or settings.repeats < 1:
-        raise ValueError(f"bag (the models averaged) and repeats (the draws of cross-validation's folds) must be "
-                         f"at least 1, not {settings.bag} and {settings.repeats}")
+    if settings.bag < 1:
+        raise ValueError(f"bag must be at least 1 (the models averaged), not {settings.bag}")
+    if settings.repeats < 1:
+        raise ValueError(f"repeats must be at least 1 (the draws of cross-validation's folds), not {settings.repeats}")
     if not 1 <= settings.link <= MAX_LINK:
         raise ValueError(f"link (--link) must be between 1 and {MAX_LINK} (the name matches stored per training "
                          f"question), not {settings.link}")
