@@ -37,6 +37,7 @@ GROUPS = {
     "knn_best, knn_first": lambda n: n in ("knn_best", "knn_first"),
     "graph (linked, hop1, hop2)": lambda n: n in ("linked", "hop1", "hop2"),
     "ent_answer, ent_best": lambda n: n in ("ent_answer", "ent_best"),
+    "hop1_sum, hop1_second, hop1_count": lambda n: n in ("hop1_sum", "hop1_second", "hop1_count"),
     "trained_dense": lambda n: n == "trained_dense",
 }
 

@@ -56,12 +56,12 @@ def held_ids(conn, skb_id: int, seed: int, share: float) -> set[int]:
     return {queries[i].query_id for i in order[: int(len(queries) * share)]}
 
 
-def dropped_ids(conn, skb_id: int, seed: int, share: float, keep: float) -> set[int]:
-    """With `keep` < 1, the training questions outside the held-out part that are left out altogether (the
-    learning curve: only `keep` of them stay in the training split, to be fitted on and drawn on). Seeded
-    by the draw, and nested: a smaller `keep` leaves out a superset of what a larger one does."""
-    held = held_ids(conn, skb_id, seed, share)
-    rest = [q.query_id for q in from_split(conn, skb_id, "train").queries if q.query_id not in held]
+def dropped_ids(queries: list, held: set[int], seed: int, keep: float) -> set[int]:
+    """With `keep` < 1, the training questions (`queries`, the whole split) outside the held-out part
+    that are left out altogether (the learning curve: only `keep` of them stay in the training split, to
+    be fitted on and drawn on). Seeded by the draw, and nested: a smaller `keep` leaves out a superset
+    of what a larger one does."""
+    rest = [q.query_id for q in queries if q.query_id not in held]
     order = np.random.default_rng([seed, 1]).permutation(len(rest))
     return {rest[i] for i in order[int(round(len(rest) * keep)):]}
 
@@ -104,9 +104,10 @@ def holdout_features(conn, skb: str, skb_id: int, seed: int, share: float, model
     `pooled` questions are added to the training split for the time of the transaction, as if loaded:
     every question's nearest-question features draw on them too, and they are fitted on."""
     settings = settings or FusionSettings()
-    dropped = dropped_ids(conn, skb_id, seed, share, keep) if keep < 1 else set()
-    queries = [q for q in from_split(conn, skb_id, "train").queries if q.query_id not in dropped]
+    split = from_split(conn, skb_id, "train").queries
     held = held_ids(conn, skb_id, seed, share)
+    dropped = dropped_ids(split, held, seed, keep) if keep < 1 else set()
+    queries = [q for q in split if q.query_id not in dropped]
     fitted = cross_fitted(conn, skb_id, queries, dense, dense_folds) if dense else [None] * len(queries)
     queries, fitted = queries + list(pooled or []), fitted + [None] * len(pooled or [])
     vectors = encode([q.body for q in queries], model)

@@ -87,5 +87,5 @@ def load_opened(conn: psycopg.Connection, opened: OpenedSource, name: str | None
                            progress=progress)
     kinds = carried_indexes(summary.carried)
     refreshed = refresh_indexes(conn, summary.name, kinds, progress) if kinds and refresh else {}
-    prepared = prepare_fusion_questions(conn, summary.name) if refresh and summary.status != "skipped" else {}
+    prepared = prepare_fusion_questions(conn, summary.name, progress) if refresh and summary.status != "skipped" else {}
     return LoadOutcome(summary, kinds, refreshed, prepared)

@@ -12,6 +12,7 @@ import pytest
 
 from stark_pg.db import connect
 from stark_pg.embed import encode_query
+from stark_pg.progress import NullReporter
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import MissingIndex, get_method
 from stark_pg.retrieve.fusion import template
@@ -31,6 +32,17 @@ def trained(server_url, template_db):
         with connect(url) as conn:
             report = train_fusion(conn, SKB, FusionSettings(limit=40, rounds=[5, 15], folds=2, min_data_in_leaf=[5]))
         yield url, report
+
+
+def two_entity_question(conn, skb_id: int) -> str:
+    """A question naming two nodes of one-word names that share a neighbour (for the hop1 family)."""
+    a, b = conn.execute(
+        "select a.name, b.name from stark.edge e1 join stark.edge e2 on e2.skb_id = e1.skb_id and e2.dst = e1.dst "
+        "and e2.src > e1.src join stark.node a on a.skb_id = e1.skb_id and a.node_id = e1.src "
+        "join stark.node b on b.skb_id = e2.skb_id and b.node_id = e2.src "
+        "where e1.skb_id = %s and a.name !~ ' ' and b.name !~ ' ' order by e1.dst, e1.src, e2.src limit 1",
+        (skb_id,)).fetchone()
+    return f"Which nodes are linked to both {a} and {b}?"
 
 
 def test_features_equal_their_sql_definitions_and_no_query_sees_its_own_answers(trained):
@@ -83,17 +95,31 @@ def test_features_equal_their_sql_definitions_and_no_query_sees_its_own_answers(
             assert X[i, col["knn_best"]] == pytest.approx(sim, abs=1e-5)
             assert X[i, col["knn_first"]] == pytest.approx(1 / rank)
 
-        # linked and hop1: the best name matches, weighted by their share of the best match
-        linked = conn.execute("select node_id, score from stark.bm25_scores(%s, 'name', %s) "
-                              "order by score desc, node_id limit 5", (skb_id, body)).fetchall()
-        weight = {n: s / linked[0][1] for n, s in linked}
-        hop1: dict[int, float] = {}
-        for src, dst in conn.execute("select src, dst from stark.edge where skb_id = %s and src = any(%s)",
-                                     (skb_id, list(weight))):
-            hop1[dst] = max(hop1.get(dst, 0.0), weight[src])
-        for i, node in enumerate(ids):
-            assert X[i, col["linked"]] == pytest.approx(weight.get(node, 0.0))
-            assert X[i, col["hop1"]] == pytest.approx(hop1.get(node, 0.0))
+        # linked and the hop1 family: the best name matches, weighted by their share of the best match, and
+        # the distinct ones one hop from each candidate; also for a question naming two nodes with a
+        # common neighbour, so that some candidate reaches two of them
+        def check_links(body: str, ids: list[int], X: np.ndarray) -> tuple[dict, int]:
+            """The question's link weights, and the most linked entities a candidate reaches."""
+            linked = conn.execute("select node_id, score from stark.bm25_scores(%s, 'name', %s) "
+                                  "order by score desc, node_id limit 5", (skb_id, body)).fetchall()
+            weight = {n: s / linked[0][1] for n, s in linked}
+            near: dict[int, set[int]] = {}           # candidate -> the linked entities one hop away
+            for src, dst in conn.execute("select src, dst from stark.edge where skb_id = %s and src = any(%s)",
+                                         (skb_id, list(weight))):
+                near.setdefault(dst, set()).add(src)
+            for i, node in enumerate(ids):
+                reached = sorted((weight[e] for e in near.get(node, ())), reverse=True)
+                assert X[i, col["linked"]] == pytest.approx(weight.get(node, 0.0))
+                assert X[i, col["hop1"]] == pytest.approx(reached[0] if reached else 0.0)
+                assert X[i, col["hop1_sum"]] == pytest.approx(sum(reached))
+                assert X[i, col["hop1_second"]] == pytest.approx(reached[1] if len(reached) > 1 else 0.0)
+                assert X[i, col["hop1_count"]] == len(reached)
+            return weight, max((len(near.get(node, ())) for node in ids), default=0)
+
+        weight, _ = check_links(body, ids, X)
+        two = two_entity_question(conn, skb_id)
+        everything = FusionSettings(pool=100_000)          # every node a candidate, the common neighbour too
+        assert check_links(two, *query_features(conn, SKB, two, encode_query(two), everything, MODEL))[1] >= 2
 
         # ent_answer and ent_best: the other training questions (not the same text) whose own best name
         # matches share an entity with this question's, weighted by the largest product of the two weights
@@ -291,16 +317,48 @@ def test_migration_0036_adds_the_entity_features_and_its_downgrade_takes_them_ba
         with psycopg.connect(db_url) as c:
             c.execute("insert into stark.skb (skb_id, name) values (7, 'sk') on conflict do nothing")
             c.commit()
-            return (c.execute("select stark.fusion_feature_names('sk')").fetchone()[0][-2:],
+            names = c.execute("select stark.fusion_feature_names('sk')").fetchone()[0]
+            return (names[names.index("knn_first") + 1:][:2],
                     c.execute("select to_regclass('stark.query_link') is not null").fetchone()[0],
                     c.execute("select count(*) from stark.fusion_features('sk', 'x', "
                               "array_fill(0.1::real, array[384])::vector)").fetchone()[0])
 
     assert state() == (["ent_answer", "ent_best"], True, 0)
     command.downgrade(alembic_config(db_url), "0035")
-    assert state() == (["knn_best", "knn_first"], False, 0)
+    assert state() == ([], False, 0)
     upgrade(db_url)
     assert state() == (["ent_answer", "ent_best"], True, 0)
+
+
+def test_migration_0037_adds_the_hop_counts_and_its_downgrade_takes_them_back(trained):
+    """0037 appends hop1_sum, hop1_second and hop1_count; its downgrade restores 0036's functions, whose
+    feature vectors are the same less those three (on a real SKB with a question that names entities)."""
+    import psycopg
+    from alembic import command
+
+    from stark_pg.db.migrate import alembic_config, upgrade
+
+    url, _ = trained
+    with psycopg.connect(url) as c:
+        body = two_entity_question(c, c.execute("select skb_id from stark.skb where name = %s", (SKB,)).fetchone()[0])
+    vector = encode_query(body)
+
+    def state():
+        with psycopg.connect(url) as c:
+            names = c.execute("select stark.fusion_feature_names(%s)", (SKB,)).fetchone()[0]
+            rows = c.execute("select node_id, f from stark.fusion_features(%s, %s, %s::vector, pool => 100000) "
+                             "order by node_id",        # every node a candidate: the common neighbour too
+                             (SKB, body, str(vector.tolist()))).fetchall()
+            return names, {n: f for n, f in rows}
+
+    names, features = state()
+    assert names[-3:] == ["hop1_sum", "hop1_second", "hop1_count"]
+    assert any(f[-1] >= 2 for f in features.values()), "no candidate next to two named entities"
+    command.downgrade(alembic_config(url), "0036")
+    before, older = state()
+    assert before == names[:-3] and older == {n: f[:-3] for n, f in features.items()}
+    upgrade(url)
+    assert state() == (names, features)
 
 
 def test_repeated_cross_validation_holds_each_question_out_once_per_repeat(trained):
@@ -582,6 +640,17 @@ def test_the_slices_extra_training_questions_come_from_the_full_benchmarks_train
     assert r["kept"] == len(picked.queries) and r["answers_kept"] == sum(len(q.answer_ids) for q in picked.queries)
 
 
+class _StageLabels(NullReporter):
+    """A progress reporter that shows nothing and keeps the labels of the stages asked of it."""
+
+    def __init__(self):
+        self.seen: list[str] = []
+
+    def stage(self, label: str, total: int | None = None, unit: str = ""):
+        self.seen.append(label)
+        return super().stage(label, total, unit)
+
+
 def test_training_questions_loaded_after_training_are_prepared_for_the_fusion_models(trained, tmp_path):
     """Search never writes: a training question loaded after `train fusion` would lack the vector and
     the name matches its nearest-question and same-entity features read. Loading queries into an SKB
@@ -612,7 +681,9 @@ def test_training_questions_loaded_after_training_are_prepared_for_the_fusion_mo
         with conn.transaction(force_rollback=True):
             skipped = load_opened(conn, open_source(qa), skb=SKB, refresh=False)
             assert skipped.prepared == {} and "fusion_questions" not in skipped.to_dict() and stored() == (0, 0)
-        outcome = load_opened(conn, open_source(qa), skb=SKB)
+        stages = _StageLabels()
+        outcome = load_opened(conn, open_source(qa), skb=SKB, progress=stages)
+        assert f"fusion: training questions for {MODEL}" in stages.seen, stages.seen
         vectors, links = stored()
         assert outcome.prepared == {MODEL: {"embedded": 1, "link_rows": links}} and vectors == 1 and links > 0
         assert outcome.to_dict()["fusion_questions"] == outcome.prepared

@@ -35,6 +35,11 @@
 --     same neighbours share their answers, and MiniLM's nearest questions miss a third of such twins;
 --     on held-out draws of train these two added 0.011 Hit@1 and 0.008 MRR (docs/fusion.md). Last,
 --     for the same reason as knn_best.
+--   hop1_sum, hop1_second, hop1_count: over the distinct linked entities one hop from the candidate, the
+--     sum of their `linked` weights, the second largest weight (0 with fewer than two) and how many they
+--     are. hop1 keeps the best one only; a question that names two entities (a drug's target and its
+--     disease) asks for a node next to both, and these say how many of the entities it names the
+--     candidate reaches (measured on held-out draws of train: docs/fusion.md). Last, as knn_best.
 
 create or replace function stark.mean_cosine(skb_name text, node_ids bigint[], models text[], qvecs vector[])
 returns table (node_id bigint, score double precision)
@@ -155,7 +160,8 @@ language sql stable as $$
         select 100000 + x.o, x.n
         from (values (1, 'type_share'), (2, 'knn_answer'), (3, 'linked'), (4, 'hop1'), (5, 'hop2'),
                      (6, case when trained_dense then 'trained_dense' end), (7, 'knn_best'),
-                     (8, 'knn_first'), (9, 'ent_answer'), (10, 'ent_best')) as x(o, n)
+                     (8, 'knn_first'), (9, 'ent_answer'), (10, 'ent_best'), (11, 'hop1_sum'),
+                     (12, 'hop1_second'), (13, 'hop1_count')) as x(o, n)
         where x.n is not null) f
         order by f.o)
 $$;
@@ -213,10 +219,13 @@ language sql stable as $$
         select e.node_id, e.w, e.best
         from stark.entity_twin_answers((select id from skb), array(select l.node_id from linked l order by l.node_id),
                                        array(select l.w from linked l order by l.node_id), link, query) e),
+    -- each (candidate, linked entity) pair once, whatever the number of edges between them
     hop1 as materialized (
-        select e.dst as node_id, max(l.w) as w
-        from linked l join stark.edge e on e.skb_id = (select id from skb) and e.src = l.node_id
-        group by e.dst),
+        select p.node_id, max(p.w) as w, sum(p.w) as total, (array_agg(p.w order by p.w desc))[2] as second,
+               count(*) as n
+        from (select distinct e.dst as node_id, l.node_id as entity, l.w
+              from linked l join stark.edge e on e.skb_id = (select id from skb) and e.src = l.node_id) p
+        group by p.node_id),
     hop2 as materialized (
         select e2.dst as node_id, max(h.w) as w
         from hop1 h join stark.edge e2 on e2.skb_id = (select id from skb) and e2.src = h.node_id
@@ -236,7 +245,8 @@ language sql stable as $$
            || case when cardinality(dense_models) > 0 then array[coalesce(td.score, 0)]
                    else '{}' end::double precision[]
            || array[coalesce(ka.best, 0), coalesce(1.0 / ka.first, 0), coalesce(ea.w, 0),
-                    coalesce(ea.best, 0)]::double precision[]
+                    coalesce(ea.best, 0), coalesce(h1.total, 0), coalesce(h1.second, 0),
+                    coalesce(h1.n, 0)]::double precision[]
     from per_node pn
     join stark.node n on n.skb_id = (select id from skb) and n.node_id = pn.node_id
     left join votes vt on vt.node_type = n.type

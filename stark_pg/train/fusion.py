@@ -228,14 +228,19 @@ def prepare_training_split(conn: psycopg.Connection, skb: str, model: str) -> di
     return {"embedded": embedded, "link_rows": links}
 
 
-def prepare_fusion_questions(conn: psycopg.Connection, skb: str) -> dict:
+def prepare_fusion_questions(conn: psycopg.Connection, skb: str, progress: Reporter | None = None) -> dict:
     """After new training questions are loaded into an SKB that has fusion models: what those models'
     features read of them, prepared now ({query encoder: prepare_training_split's counts}; empty when the
     SKB has no fusion model). Search never writes, so without this a new question would stay invisible
-    to the nearest-question and same-entity features until the next `train fusion`."""
+    to the nearest-question and same-entity features until the next `train fusion`. One progress stage
+    per encoder: embedding a few thousand new questions takes a while on a CPU."""
+    progress = progress or NullReporter()
     skb_id = require_skb(conn, skb)
-    models = [model for (model,) in sql().fusion_embed_models(conn, skb_id=skb_id)]
-    return {model: prepare_training_split(conn, skb, model) for model in models}
+    prepared = {}
+    for (model,) in sql().fusion_embed_models(conn, skb_id=skb_id):
+        with progress.stage(f"fusion: training questions for {model}"):
+            prepared[model] = prepare_training_split(conn, skb, model)
+    return prepared
 
 
 def hold_out(conn: psycopg.Connection, skb_id: int, query_ids: list[int]) -> None:
