@@ -431,12 +431,12 @@ def test_a_model_trained_before_the_last_features_still_ranks_and_a_changed_one_
         skb_id = conn.execute("select skb_id from stark.skb where name = %s", (SKB,)).fetchone()[0]
         model = load(conn, skb_id, SKB, "default")
         names = list(sql().fusion_feature_names(conn, skb=SKB, model=MODEL, trained_dense=False))
-        assert model.features == names and names[-2:] == ["ent_answer", "ent_best"]
+        assert model.features == names and names[-3:] == ["hop1_sum", "hop1_second", "hop1_count"]
         with conn.transaction(force_rollback=True):
-            conn.execute("update stark.fusion_model set features = features[1:cardinality(features) - 2] "
+            conn.execute("update stark.fusion_model set features = features[1:cardinality(features) - 3] "
                          "where skb_id = %s and name = 'default'", (skb_id,))
             older = load(conn, skb_id, SKB, "default")
-            assert len(older.features) == len(names) - 2
+            assert len(older.features) == len(names) - 3
             body = "which drugs target genes"
             assert get_method("fusion").search(conn, SKB, body, 5).hits
             conn.execute("update stark.fusion_model set features[1] = 'no such feature' "
@@ -506,7 +506,7 @@ def test_trained_dense_is_cross_fitted_and_equals_its_cosine(trained):
         queries = train.queries[:6]
         fitted = cross_fitted(conn, skb_id, queries, "xf", 2)
         names = list(sql().fusion_feature_names(conn, skb=SKB, model=MODEL, trained_dense=True))
-        assert names[-5:] == ["trained_dense", "knn_best", "knn_first", "ent_answer", "ent_best"]   # newer after it
+        assert names[-8:-3] == ["trained_dense", "knn_best", "knn_first", "ent_answer", "ent_best"]   # newer after it
         dense_col = names.index("trained_dense")
         for q, f in zip(queries, fitted):
             (model,) = f.models
