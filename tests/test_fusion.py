@@ -361,6 +361,41 @@ def test_migration_0037_adds_the_hop_counts_and_its_downgrade_takes_them_back(tr
     assert state() == (names, features)
 
 
+def test_migration_0038_makes_the_trees_read_columns_and_its_downgrade_gives_back_subscripts(trained):
+    """0038 rewrites each stored score from subscripts f[i] to the columns fi the templates provide (what
+    compile_sql writes since); the downgrade gives back subscripts over the array f, which score a feature
+    vector as the columns do, and upgrading again restores the text exactly."""
+    import psycopg
+    from alembic import command
+
+    from stark_pg.db.migrate import alembic_config, upgrade
+    from stark_pg.train.fusion_model import compile_sql
+
+    url, _ = trained
+
+    def stored():
+        with psycopg.connect(url) as c:
+            return dict(c.execute("select m.name, m.score_sql from stark.fusion_model m join stark.skb s "
+                                  "using (skb_id) where s.name = %s", (SKB,)).fetchall())
+
+    with connect(url) as conn:
+        model = load(conn, conn.execute("select skb_id from stark.skb where name = %s", (SKB,)).fetchone()[0],
+                     SKB, "default")
+        ids, X = query_features(conn, SKB, "which genes interact with a drug", encode_query("which genes interact "
+                                "with a drug"), FusionSettings(), MODEL)
+    columns = stored()
+    assert columns["default"] == compile_sql(model.boosters()) and "f[" not in columns["default"]
+    command.downgrade(alembic_config(url), "0037")
+    subscripts = stored()
+    assert subscripts.keys() == columns.keys() and "f[1" in subscripts["default"] and " f1" not in subscripts["default"]
+    with psycopg.connect(url) as c:
+        row = list(map(float, X[int(np.argmax(model.predict(X)))]))
+        assert c.execute(f"select {subscripts['default']} from (select %s::double precision[] as f) x",
+                         (row,)).fetchone()[0] == pytest.approx(float(model.predict(np.array([row]))[0]), rel=1e-9)
+    upgrade(url)
+    assert stored() == columns
+
+
 def test_repeated_cross_validation_holds_each_question_out_once_per_repeat(trained):
     """`--repeats N`: cross-validation over N seeded draws of the folds, averaged. Each draw partitions the
     questions, the first is the draw a single cross-validation makes, and every question is scored once
@@ -423,27 +458,43 @@ def test_cross_validation_holds_each_fold_out_of_the_training_split(trained):
 
 
 def test_a_model_trained_before_the_last_features_still_ranks_and_a_changed_one_is_refused(trained):
-    """New features are appended: a model whose features are the first of those computed ranks as before
-    (its trees read their old places); one whose features no longer match is refused with the command
-    that retrains it."""
+    """New features are appended: a model whose features are the first of those computed ranks as before,
+    by its own prediction (its trees read their old places; here trees fitted on all but the last three
+    features, as a model trained before hop1_sum was); one whose features no longer match is refused with
+    the command that retrains it."""
+    import lightgbm
+
+    from stark_pg.train.fusion import ranked_by
+    from stark_pg.train.fusion_model import FusionModel, compile_sql, save
+
     url, _ = trained
     with connect(url) as conn:
         skb_id = conn.execute("select skb_id from stark.skb where name = %s", (SKB,)).fetchone()[0]
         model = load(conn, skb_id, SKB, "default")
         names = list(sql().fusion_feature_names(conn, skb=SKB, model=MODEL, trained_dense=False))
         assert model.features == names and names[-3:] == ["hop1_sum", "hop1_second", "hop1_count"]
+        kept = len(names) - 3
+        questions = conn.execute("select body, answer_ids from stark.query where skb_id = %s and split = 'train' "
+                                 "order by query_id limit 12", (skb_id,)).fetchall()
+        rows = [(query_features(conn, SKB, b, encode_query(b), FusionSettings(), MODEL), a) for b, a in questions]
+        data = lightgbm.Dataset(np.vstack([X[:, :kept] for (_, X), _ in rows]),
+                                np.concatenate([np.isin(ids, a).astype(float) for (ids, _), a in rows]),
+                                group=[len(ids) for (ids, _), _ in rows])
+        booster = lightgbm.train({"objective": "lambdarank", "min_data_in_leaf": 5, "verbose": -1}, data, 5)
         with conn.transaction(force_rollback=True):
-            conn.execute("update stark.fusion_model set features = features[1:cardinality(features) - 3] "
-                         "where skb_id = %s and name = 'default'", (skb_id,))
-            older = load(conn, skb_id, SKB, "default")
-            assert len(older.features) == len(names) - 3
+            save(conn, skb_id, FusionModel("older", MODEL, names[:kept], [booster.model_to_string()],
+                                           compile_sql([booster]), model.settings | {"name": "older"}, {}, {}))
             body = "which drugs target genes"
-            assert get_method("fusion").search(conn, SKB, body, 5).hits
+            ids, X = query_features(conn, SKB, body, encode_query(body), FusionSettings(), MODEL)
+            predicted = booster.predict(X[:, :kept])
+            assert np.ptp(predicted) > 0, "a model that scores every candidate alike tests nothing"
+            hits = get_method("fusion").search(conn, SKB, body, 5, get_method("fusion").Options(name="older")).hits
+            assert [h.node_id for h in hits] == ranked_by(ids, predicted)[:5]
             conn.execute("update stark.fusion_model set features[1] = 'no such feature' "
-                         "where skb_id = %s and name = 'default'", (skb_id,))
+                         "where skb_id = %s and name = 'older'", (skb_id,))
             with pytest.raises(MissingIndex, match=r"feature 1 \(no such feature\).*`stark-pg train fusion syn-fusion "
-                                                    r"--rounds 5,15 --folds 2 --min-data-in-leaf 5 --limit 40`"):
-                load(conn, skb_id, SKB, "default")
+                                                    r"--name older --rounds 5,15 --folds 2 --min-data-in-leaf 5 --limit 40`"):
+                load(conn, skb_id, SKB, "older")
 
 
 def test_the_retrain_command_repeats_every_option_that_is_not_the_default():

@@ -1,7 +1,7 @@
 -- Learned fusion (`stark-pg train fusion`, method `fusion`): every signal stark-pg computes about a
 -- (query, candidate) pair, as one feature vector per candidate, computed here for training and for
 -- search alike, so the two can never disagree. A trained model (gradient-boosted trees, LightGBM
--- lambdarank) is compiled to one SQL expression over `f[i]` (stark_pg/train/fusion_model.py) that
+-- lambdarank) is compiled to one SQL expression over the features (stark_pg/train/fusion_model.py) that
 -- orders the candidates.
 --
 -- Candidates: the union of mFAR's shortlists (the `pool` best of every lexical field and every dense

@@ -21,7 +21,7 @@ from stark_pg.embed import encode_query
 from stark_pg.resources import template_sections
 from stark_pg.retrieve import Hit, Ranking
 from stark_pg.skb.catalog import require_skb
-from stark_pg.train.fusion_model import FusionModel, chosen_trees, load
+from stark_pg.train.fusion_model import FusionModel, chosen_trees, feature_columns, load
 
 EXPLAINED_RESULTS = 5
 
@@ -36,8 +36,10 @@ class Options:
 
 
 def template(name: str, model: FusionModel) -> pgsql.Composed:
-    """A section of sql/templates/fusion.sql with the model's compiled score in place of {score}."""
-    return pgsql.SQL(template_sections("fusion.sql")[name]).format(score=pgsql.SQL(model.score_sql))
+    """A section of sql/templates/fusion.sql with the model's compiled score in place of {score} and the
+    columns it reads in place of {columns}."""
+    return pgsql.SQL(template_sections("fusion.sql")[name]).format(
+        score=pgsql.SQL(model.score_sql), columns=pgsql.SQL(feature_columns(len(model.features))))
 
 
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:

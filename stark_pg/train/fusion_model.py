@@ -2,9 +2,11 @@
 
 Why trees compiled to SQL: the ranking then happens where the features are computed, in one
 statement (sql/templates/fusion.sql), with no round trip of the candidates to Python. Each tree
-becomes nested `CASE WHEN f[i] <= threshold THEN ... ELSE ... END` (the comparison LightGBM makes;
+becomes nested `CASE WHEN fI <= threshold THEN ... ELSE ... END` (the comparison LightGBM makes;
 the features are never NULL or NaN: stark.fusion_features gives 0 for a missing score), and the
-model is their sum. A bag (`train fusion --bag N`) is N such models fitted with N seeds; it scores
+model is their sum. The expression reads feature I as the column `fI` (feature_columns names them from
+the feature array): a column costs the interpreter less than an array subscript, which it evaluates
+again at every split (600 trees a candidate in the default bag; since migration 0038). A bag (`train fusion --bag N`) is N such models fitted with N seeds; it scores
 by their mean, in SQL the sum of all their trees divided by N. tests/test_fusion.py checks that the SQL
 equals the models' own mean prediction on the same feature vectors.
 """
@@ -126,8 +128,8 @@ def bag_predict(boosters: list, X) -> np.ndarray:
 
 
 def compile_sql(boosters: list) -> str:
-    """The bag's mean raw score as one SQL expression over the double precision array `f`: every tree
-    of every model summed, divided by their number (a single model's sum is left undivided)."""
+    """The bag's mean raw score as one SQL expression over the columns f1, f2, ... (feature_columns):
+    every tree of every model summed, divided by their number (a single model's sum is left undivided)."""
     trees = [t for b in boosters for t in b.dump_model()["tree_info"]]
     if not trees:
         return "0"
@@ -140,9 +142,15 @@ def _node_sql(node: dict) -> str:
         return _number(node["leaf_value"])
     if node.get("decision_type", "<=") != "<=":
         raise ValueError(f"cannot compile a {node['decision_type']!r} split (numerical <= splits only)")
-    feature = int(node["split_feature"]) + 1                      # SQL arrays count from 1
-    return (f"case when f[{feature}] <= {_number(node['threshold'])} then {_node_sql(node['left_child'])} "
+    feature = int(node["split_feature"]) + 1                      # f1 is the array's f[1]
+    return (f"case when f{feature} <= {_number(node['threshold'])} then {_node_sql(node['left_child'])} "
             f"else {_node_sql(node['right_child'])} end")
+
+
+def feature_columns(count: int) -> str:
+    """The select list that turns a row's feature array `x.f` into the columns a compiled score reads:
+    `x.f[1] as f1, ..., x.f[count] as fcount` (a model older than the last features reads the first only)."""
+    return ", ".join(f"x.f[{i}] as f{i}" for i in range(1, count + 1))
 
 
 def _number(value: float) -> str:
@@ -180,7 +188,7 @@ _CHECKED: set[tuple] = set()       # (database, SKB, model, trained_at, features
 
 
 def check_features(model: FusionModel, computed: list[str], skb: str) -> None:
-    """A model ranks by `f[i]`, the places its features had when it was trained: they must still be the
+    """A model ranks by `fI`, the places its features had when it was trained: they must still be the
     first of the features stark.fusion_features computes. New features are appended for that reason (a
     model trained before them keeps ranking and ignores them); any other change needs a retrained model."""
     if computed[: len(model.features)] != model.features:
