@@ -196,6 +196,28 @@ def test_the_sql_score_equals_lightgbms_prediction_and_search_ranks_by_it(traine
         assert [h.node_id for h in ranking.hits] == [ids[i] for i in expected]
 
 
+def test_a_model_is_read_once_per_version_of_its_row(trained):
+    """Search reads a stored model once (its row is about a megabyte on the slice) and again only when the
+    row changed: an update in a transaction is seen at once, and after the rollback the model read
+    before is the one in use again."""
+    url, _ = trained
+    with connect(url) as conn:
+        skb_id = conn.execute("select skb_id from stark.skb where name = %s", (SKB,)).fetchone()[0]
+        first = load(conn, skb_id, SKB, "default")
+        assert load(conn, skb_id, SKB, "default") is first
+        with conn.transaction(force_rollback=True):
+            conn.execute("update stark.fusion_model set metrics = '{\"edited\": 1}' where skb_id = %s "
+                         "and name = 'default'", (skb_id,))
+            edited = load(conn, skb_id, SKB, "default")
+            assert edited.metrics == {"edited": 1} and load(conn, skb_id, SKB, "default") is edited
+            conn.execute("update stark.fusion_model set metrics = '{\"edited\": 2}' where skb_id = %s "
+                         "and name = 'default'", (skb_id,))           # the same transaction writes again
+            assert load(conn, skb_id, SKB, "default").metrics == {"edited": 2}
+        assert load(conn, skb_id, SKB, "default") is first and first.metrics != {"edited": 1}
+        with pytest.raises(MissingIndex, match=r"no fusion model 'nope' for SKB 'syn-fusion' \(trained: .*default"):
+            load(conn, skb_id, SKB, "nope")
+
+
 def test_cross_validation_chooses_the_trees_size_with_the_rounds_and_fits_with_its_choice(trained):
     """`--leaves 7,15` (the default) and `--min-data-in-leaf`: every combination with every number of
     rounds is scored by cross-validation, the best MRR is chosen (ties to the simpler), and the stored
@@ -394,6 +416,42 @@ def test_migration_0038_makes_the_trees_read_columns_and_its_downgrade_gives_bac
                          (row,)).fetchone()[0] == pytest.approx(float(model.predict(np.array([row]))[0]), rel=1e-9)
     upgrade(url)
     assert stored() == columns
+
+
+def test_migration_0039_lets_search_pass_the_models_pairs_and_its_downgrade_takes_the_arguments_back(trained):
+    """0039: stark.fusion_features takes the (field, scorer) pairs of a stored model (what search passes,
+    fusion_model.feature_pairs) and computes the same vectors as with the SKB's own pairs; its downgrade
+    restores 0038's function, without the two arguments, computing the same vectors again."""
+    import psycopg
+    from alembic import command
+
+    from stark_pg.db.migrate import alembic_config, upgrade
+    from stark_pg.train.fusion_model import feature_pairs
+
+    url, _ = trained
+    body = "which genes interact with a drug"
+    vector = str(encode_query(body).tolist())
+    with connect(url) as conn:
+        skb_id = conn.execute("select skb_id from stark.skb where name = %s", (SKB,)).fetchone()[0]
+        fields, scorers = feature_pairs(load(conn, skb_id, SKB, "default").features)
+    assert {"lexical", "dense"} <= set(scorers) and "document" in fields
+
+    def features(**pairs):
+        with psycopg.connect(url) as c:
+            given = ", pair_fields => %(fields)s, pair_scorers => %(scorers)s" if pairs else ""
+            return c.execute(f"select node_id, f from stark.fusion_features(%(skb)s, %(body)s, %(vector)s::vector"
+                             f"{given}) order by node_id",
+                             {"skb": SKB, "body": body, "vector": vector} | pairs).fetchall()
+
+    own = features()
+    assert own and features(fields=fields, scorers=scorers) == own
+    assert features(fields=fields[::-1], scorers=scorers[::-1]) != own      # the pairs given are the ones used
+    command.downgrade(alembic_config(url), "0038")
+    with pytest.raises(psycopg.errors.UndefinedFunction):
+        features(fields=fields, scorers=scorers)
+    assert features() == own
+    upgrade(url)
+    assert features(fields=fields, scorers=scorers) == own
 
 
 def test_repeated_cross_validation_holds_each_question_out_once_per_repeat(trained):

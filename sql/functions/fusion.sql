@@ -6,7 +6,8 @@
 --
 -- Candidates: the union of mFAR's shortlists (the `pool` best of every lexical field and every dense
 -- field, stark.mfar_field_scores). Features, in the order stark.fusion_feature_names lists them:
---   per (field, scorer) pair of stark.mfar_fields: its score (0 where the candidate has none), and for
+--   per (field, scorer) pair of stark.mfar_fields (stark.fusion_pairs; or `pair_fields` and `pair_scorers`
+--     when given, a stored model's pairs in its features' order): its score (0 where the candidate has none), and for
 --     lexical pairs also that score divided by the best score of the pair for this query (BM25 scales
 --     differ from query to query);
 --   type_share: the share of the nearest training queries' answers (stark.answer_type_votes, which
@@ -169,14 +170,24 @@ comment on function stark.fusion_feature_names(text, text, boolean) is
     'Learned fusion: the names of the features stark.fusion_features computes, in order.';
 
 drop function if exists stark.fusion_features(text, text, vector, text, int, int, int, bigint[]);
+drop function if exists stark.fusion_features(text, text, vector, text, int, int, int, bigint[], text[], vector[]);
 create or replace function stark.fusion_features(
     skb_name text, query text, qvec vector, model text default 'all-MiniLM-L6-v2',
     pool int default 100, knn int default 10, link int default 5, include bigint[] default null,
-    dense_models text[] default null, dense_qvecs vector[] default null)
+    dense_models text[] default null, dense_qvecs vector[] default null,
+    pair_fields text[] default null, pair_scorers text[] default null)
 returns table (node_id bigint, f double precision[])
 language sql stable as $$
     with skb as (select stark.require_skb(skb_name) as id),
-    pairs as materialized (select * from stark.fusion_pairs(skb_name, model)),
+    -- the SKB's pairs (stark.fusion_pairs), or the ones given: a stored model's, which search passes
+    -- (stark.fusion_pairs scans the SKB's chunks and edges, 14 ms a search on the slice and growing with
+    -- the SKB; the model was checked against it when it was read)
+    pairs as materialized (
+        select * from stark.fusion_pairs(skb_name, model) where pair_fields is null
+        union all
+        select p.ord::int, p.field, p.scorer
+        from unnest(pair_fields, pair_scorers) with ordinality as p(field, scorer, ord)
+        where pair_fields is not null),
     scores as materialized (
         select s.* from stark.mfar_field_scores(
             skb_name, query, qvec, model,
@@ -257,5 +268,5 @@ language sql stable as $$
     left join trained td on td.node_id = pn.node_id
     left join ent_answers ea on ea.node_id = pn.node_id
 $$;
-comment on function stark.fusion_features(text, text, vector, text, int, int, int, bigint[], text[], vector[]) is
+comment on function stark.fusion_features(text, text, vector, text, int, int, int, bigint[], text[], vector[], text[], text[]) is
     'Learned fusion: the feature vector of every candidate of a query (names: stark.fusion_feature_names).';

@@ -21,6 +21,11 @@ on conflict (skb_id, name) do update
 select name, embed_model, features, boosters, score_sql, settings, metrics, importance, trained_at
 from stark.fusion_model where skb_id = :skb_id and name = :name;
 
+-- name: fusion_model_version(skb_id, name)^
+-- Which version of the stored row is visible: the transaction that wrote it and its place (an update
+-- writes a new version, elsewhere); search keeps a loaded model while this stays the same.
+select xmin::text, ctid::text from stark.fusion_model where skb_id = :skb_id and name = :name;
+
 -- name: fusion_model_names(skb_id)
 select name from stark.fusion_model where skb_id = :skb_id order by name;
 

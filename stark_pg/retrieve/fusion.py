@@ -21,7 +21,7 @@ from stark_pg.embed import encode_query
 from stark_pg.resources import template_sections
 from stark_pg.retrieve import Hit, Ranking
 from stark_pg.skb.catalog import require_skb
-from stark_pg.train.fusion_model import FusionModel, chosen_trees, feature_columns, load
+from stark_pg.train.fusion_model import FusionModel, chosen_trees, feature_columns, feature_pairs, load
 
 EXPLAINED_RESULTS = 5
 
@@ -53,8 +53,10 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
     dense = trained_dense(query, model)
     embedded = time.perf_counter()
     s = model.settings
+    fields, scorers = feature_pairs(model.features)
     params = {"skb": skb, "query": query, "embedding": vector, "model": model.embed_model, "pool": s["pool"],
-              "knn": s["knn"], "link": s["link"], "k": k} | dense_arguments(dense)
+              "knn": s["knn"], "link": s["link"], "k": k, "pair_fields": fields, "pair_scorers": scorers
+              } | dense_arguments(dense)
     with generic_plan(conn):
         rows = conn.execute(template("rank", model), params).fetchall()
     hits = [Hit(int(node_id), float(score)) for node_id, score in rows]
