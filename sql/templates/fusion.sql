@@ -16,6 +16,13 @@ from c
 order by score desc, c.node_id
 limit %(k)s
 
+-- name: features
+-- The same call as rank's, without the trees (benchmarks/fusion_latency.py times the two apart).
+select count(*)
+from stark.fusion_features(%(skb)s, %(query)s, %(embedding)s, %(model)s, %(pool)s, %(knn)s, %(link)s,
+                           dense_models => %(dense_models)s, dense_qvecs => %(dense_qvecs)s,
+                           pair_fields => %(pair_fields)s, pair_scorers => %(pair_scorers)s) as x
+
 -- name: score_one
 -- The compiled score of one feature vector (tests compare it with LightGBM's own prediction).
 select {score} from (select {columns} from (select %(f)s::double precision[] as f) as x) as c

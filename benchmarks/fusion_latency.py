@@ -1,0 +1,106 @@
+"""Where a fusion search's time goes: the query's embedding, the features (stark.fusion_features), the
+compiled trees over them, and, as a yardstick in the same run, LightGBM's own prediction over the same
+feature vectors (compiled C++ against PostgreSQL's expression interpreter).
+
+Run by hand (figures in docs/fusion.md, "Latency"):
+    python benchmarks/fusion_latency.py stark-prime-ibd [--model default] [--split train] [--questions 40] [--json]
+
+Each question is embedded, then its ranking statement (sql/templates/fusion.sql, `rank`) and the same
+call without the trees (`features`) run alternately on one connection, planned generically as search
+plans them (stark_pg.retrieve.fusion.generic_plan); the first `--warmup` questions are left out of the
+figures (psycopg prepares a statement on its fifth run). The rankings are the ones `stark-pg search -m
+fusion` returns; nothing is written. Trees = ranking statement minus features, per question.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from stark_pg.db import connect  # noqa: E402
+from stark_pg.embed import encode_query  # noqa: E402
+from stark_pg.eval.query_sets import from_split  # noqa: E402
+from stark_pg.retrieve.fusion import generic_plan, template  # noqa: E402
+from stark_pg.skb.catalog import require_skb  # noqa: E402
+from stark_pg.train.fusion import FusionSettings, query_features  # noqa: E402
+from stark_pg.train.fusion_model import feature_pairs, load  # noqa: E402
+
+
+def timed(run) -> float:
+    started = time.perf_counter()
+    run()
+    return (time.perf_counter() - started) * 1000
+
+
+def measure(conn, skb: str, name: str, split: str, questions: int, warmup: int) -> dict:
+    skb_id = require_skb(conn, skb)
+    model = load(conn, skb_id, skb, name)
+    if model.settings.get("dense"):
+        raise SystemExit(f"fusion model {name!r} uses trained_dense models; time it with `stark-pg eval` instead")
+    s = model.settings
+    fields, scorers = feature_pairs(model.features)
+    boosters = model.boosters()
+    bodies = [q.body for q in from_split(conn, skb_id, split).queries][: questions + warmup]
+    if len(bodies) <= warmup:
+        raise SystemExit(f"split {split!r} of SKB {skb!r} has {len(bodies)} questions; more than --warmup "
+                         f"({warmup}) are needed")
+    times: dict[str, list[float]] = {"embedding": [], "features": [], "ranking statement": [], "trees": [],
+                                     "lightgbm predict": []}
+    candidates = []
+    for body in bodies:
+        vector = None
+
+        def embed():
+            nonlocal vector
+            vector = encode_query(body, model.embed_model)
+
+        times["embedding"].append(timed(embed))
+        params = {"skb": skb, "query": body, "embedding": vector, "model": model.embed_model, "pool": s["pool"],
+                  "knn": s["knn"], "link": s["link"], "k": 10, "dense_models": None, "dense_qvecs": None,
+                  "pair_fields": fields, "pair_scorers": scorers}
+        with generic_plan(conn):
+            times["features"].append(timed(lambda: conn.execute(template("features", model), params).fetchall()))
+        with generic_plan(conn):
+            times["ranking statement"].append(timed(lambda: conn.execute(template("rank", model), params).fetchall()))
+        times["trees"].append(times["ranking statement"][-1] - times["features"][-1])
+        _, X = query_features(conn, skb, body, vector, FusionSettings(pool=s["pool"], knn=s["knn"], link=s["link"]),
+                              model.embed_model)
+        X = X[:, : len(model.features)]
+        candidates.append(len(X))
+        times["lightgbm predict"].append(timed(lambda: np.mean([b.predict(X) for b in boosters], axis=0)))
+    figures = {key: {"p50": round(float(np.percentile(v[warmup:], 50)), 1),
+                     "p95": round(float(np.percentile(v[warmup:], 95)), 1)} for key, v in times.items()}
+    trees = sum(b.num_trees() for b in boosters)
+    return {"skb": skb, "model": name, "split": split, "questions": len(bodies) - warmup, "trees": trees,
+            "features": len(model.features), "candidates_p50": int(np.median(candidates[warmup:])), "ms": figures}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("skb")
+    parser.add_argument("--model", default="default", help="the fusion model (`stark-pg train fusion --name`)")
+    parser.add_argument("--split", default="train", help="whose questions are timed (default: train)")
+    parser.add_argument("--questions", type=int, default=40, help="questions timed, after the warm-up ones")
+    parser.add_argument("--warmup", type=int, default=5, help="questions run first and left out of the figures")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = parser.parse_args()
+    with connect() as conn:
+        result = measure(conn, args.skb, args.model, args.split, args.questions, args.warmup)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    print(f"{result['skb']}, model {result['model']}: {result['trees']} trees over {result['features']} features, "
+          f"{result['questions']} {result['split']} questions, median {result['candidates_p50']} candidates")
+    for key, value in result["ms"].items():
+        print(f"  {key:18} p50 {value['p50']:7.1f} ms   p95 {value['p95']:7.1f} ms")
+
+
+if __name__ == "__main__":
+    main()
