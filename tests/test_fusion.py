@@ -550,8 +550,9 @@ def test_a_model_trained_before_the_last_features_still_ranks_and_a_changed_one_
             assert [h.node_id for h in hits] == ranked_by(ids, predicted)[:5]
             conn.execute("update stark.fusion_model set features[1] = 'no such feature' "
                          "where skb_id = %s and name = 'older'", (skb_id,))
-            with pytest.raises(MissingIndex, match=r"feature 1 \(no such feature\).*`stark-pg train fusion syn-fusion "
-                                                    r"--name older --rounds 5,15 --folds 2 --min-data-in-leaf 5 --limit 40`"):
+            with pytest.raises(MissingIndex, match=r"feature 1 \(no such feature\).*`stark-pg train fusion "
+                                                    r"syn-fusion --name older --rounds 5,15 --folds 2 "
+                                                    r"--min-data-in-leaf 5 --limit 40`"):
                 load(conn, skb_id, SKB, "older")
 
 

@@ -64,7 +64,7 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
              "trees": model.settings.get("chosen_rounds"), "bag": len(model.booster_texts),
              "leaves": chosen_trees(model.settings)["leaves"],
              "sql": "compiled trees over stark.fusion_features(skb, query, embedding, model, pool, knn, link"
-                    + (", dense_models, dense_qvecs)" if dense else ")"),
+                    + (", dense_models, dense_qvecs" if dense else "") + ", pair_fields, pair_scorers)",
              "dense_models": dense.models if dense else None,
              "embed_ms": round((embedded - started) * 1000, 3),
              "sql_ms": round((time.perf_counter() - embedded) * 1000, 3)}

@@ -6,9 +6,10 @@ becomes nested `CASE WHEN fI <= threshold THEN ... ELSE ... END` (the comparison
 the features are never NULL or NaN: stark.fusion_features gives 0 for a missing score), and the
 model is their sum. The expression reads feature I as the column `fI` (feature_columns names them from
 the feature array): a column costs the interpreter less than an array subscript, which it evaluates
-again at every split (600 trees a candidate in the default bag; since migration 0038). A bag (`train fusion --bag N`) is N such models fitted with N seeds; it scores
-by their mean, in SQL the sum of all their trees divided by N. tests/test_fusion.py checks that the SQL
-equals the models' own mean prediction on the same feature vectors.
+again at every split (600 trees a candidate in the default bag; since migration 0038). A bag (`train
+fusion --bag N`) is N such models fitted with N seeds; it scores by their mean, in SQL the sum of all
+their trees divided by N. tests/test_fusion.py checks that the SQL equals the models' own mean
+prediction on the same feature vectors.
 """
 
 from __future__ import annotations
