@@ -27,10 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from stark_pg.db import connect  # noqa: E402
 from stark_pg.embed import encode_query  # noqa: E402
 from stark_pg.eval.query_sets import from_split  # noqa: E402
-from stark_pg.retrieve.fusion import generic_plan, template  # noqa: E402
+from stark_pg.retrieve.fusion import generic_plan, rank_params, template  # noqa: E402
 from stark_pg.skb.catalog import require_skb  # noqa: E402
 from stark_pg.train.fusion import FusionSettings, query_features  # noqa: E402
-from stark_pg.train.fusion_model import feature_pairs, load  # noqa: E402
+from stark_pg.train.fusion_model import bag_predict, load  # noqa: E402
 
 
 def timed(run) -> float:
@@ -45,7 +45,6 @@ def measure(conn, skb: str, name: str, split: str, questions: int, warmup: int) 
     if model.settings.get("dense"):
         raise SystemExit(f"fusion model {name!r} uses trained_dense models; time it with `stark-pg eval` instead")
     s = model.settings
-    fields, scorers = feature_pairs(model.features)
     boosters = model.boosters()
     bodies = [q.body for q in from_split(conn, skb_id, split).queries][: questions + warmup]
     if len(bodies) <= warmup:
@@ -62,9 +61,7 @@ def measure(conn, skb: str, name: str, split: str, questions: int, warmup: int) 
             vector = encode_query(body, model.embed_model)
 
         times["embedding"].append(timed(embed))
-        params = {"skb": skb, "query": body, "embedding": vector, "model": model.embed_model, "pool": s["pool"],
-                  "knn": s["knn"], "link": s["link"], "k": 10, "dense_models": None, "dense_qvecs": None,
-                  "pair_fields": fields, "pair_scorers": scorers}
+        params = rank_params(skb, body, vector, model, 10)
         with generic_plan(conn):
             times["features"].append(timed(lambda: conn.execute(template("features", model), params).fetchall()))
         with generic_plan(conn):
@@ -74,7 +71,7 @@ def measure(conn, skb: str, name: str, split: str, questions: int, warmup: int) 
                               model.embed_model)
         X = X[:, : len(model.features)]
         candidates.append(len(X))
-        times["lightgbm predict"].append(timed(lambda: np.mean([b.predict(X) for b in boosters], axis=0)))
+        times["lightgbm predict"].append(timed(lambda: bag_predict(boosters, X)))
     figures = {key: {"p50": round(float(np.percentile(v[warmup:], 50)), 1),
                      "p95": round(float(np.percentile(v[warmup:], 95)), 1)} for key, v in times.items()}
     trees = sum(b.num_trees() for b in boosters)

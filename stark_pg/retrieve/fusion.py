@@ -42,9 +42,19 @@ def template(name: str, model: FusionModel) -> pgsql.Composed:
         score=pgsql.SQL(model.score_sql), columns=pgsql.SQL(feature_columns(len(model.features))))
 
 
-def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
+def rank_params(skb: str, query: str, vector, model: FusionModel, k: int, dense=None) -> dict:
+    """The parameters of sql/templates/fusion.sql's `rank` (and `features`) for a query and its embedding
+    under this model: its settings, its (field, scorer) pairs, and its trained_dense vectors if any."""
     from stark_pg.train.fusion import dense_arguments
 
+    s = model.settings
+    fields, scorers = feature_pairs(model.features)
+    return {"skb": skb, "query": query, "embedding": vector, "model": model.embed_model, "pool": s["pool"],
+            "knn": s["knn"], "link": s["link"], "k": k, "pair_fields": fields, "pair_scorers": scorers
+            } | dense_arguments(dense)
+
+
+def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
     options = options or Options()
     skb_id = require_skb(conn, skb)
     model = load(conn, skb_id, skb, options.name)
@@ -52,13 +62,8 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
     vector = encode_query(query, model.embed_model)
     dense = trained_dense(query, model)
     embedded = time.perf_counter()
-    s = model.settings
-    fields, scorers = feature_pairs(model.features)
-    params = {"skb": skb, "query": query, "embedding": vector, "model": model.embed_model, "pool": s["pool"],
-              "knn": s["knn"], "link": s["link"], "k": k, "pair_fields": fields, "pair_scorers": scorers
-              } | dense_arguments(dense)
     with generic_plan(conn):
-        rows = conn.execute(template("rank", model), params).fetchall()
+        rows = conn.execute(template("rank", model), rank_params(skb, query, vector, model, k, dense)).fetchall()
     hits = [Hit(int(node_id), float(score)) for node_id, score in rows]
     trace = {"method": "fusion", "model": model.name, "features": len(model.features),
              "trees": model.settings.get("chosen_rounds"), "bag": len(model.booster_texts),
