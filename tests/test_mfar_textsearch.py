@@ -10,19 +10,16 @@ Only lexical pairs: the dense pairs do not depend on the engine (and field vecto
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import psycopg
 import pytest
 
 from conftest import IBD, cloned_database
 from stark_pg.options import OptionError, parse_options
+from stark_pg.resources import sql_text
 
 pytestmark = pytest.mark.skipif(not IBD.is_dir(), reason="../shared/data/stark-prime-ibd is not here")
 SKB = "stark-prime-ibd"
-MIGRATION = Path(__file__).resolve().parents[1] / "migrations" / "versions" / "0024_mfar_textsearch.py"
 
 
 @pytest.fixture(scope="module")
@@ -113,13 +110,11 @@ def test_include_is_scored_through_the_index_with_pool_zero(iconn, ibd):
 
 
 def test_the_sql_engine_gives_exactly_the_rows_of_the_function_before_engines(iconn, ibd):
-    """Migration 0024's downgrade holds 0023's text verbatim: created as a temporary function, it is the
+    """Migration 0024's downgrade (sql/downgrade/) holds 0023's text verbatim: created as a temporary function, it is the
     reference the `sql` engine (mfar_field_scores' default) must equal row for row, score for score."""
     _, _, fields, queries = ibd
-    spec = importlib.util.spec_from_file_location("migration_0024", MIGRATION)
-    migration = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(migration)
-    previous = migration.PREVIOUS.split("comment on function")[0]
+    downgrade = sql_text("downgrade/0024_mfar_textsearch.sql")
+    previous = downgrade[downgrade.index("create or replace function"):].split("comment on function")[0]
     assert previous.count("create or replace function stark.mfar_field_scores(") == 1
     iconn.execute(previous.replace("function stark.mfar_field_scores(", "function pg_temp.mfar_field_scores_0023("))
     for body, answers in queries[:20]:
