@@ -10,7 +10,10 @@ constraints, types, views, triggers), upgrades, downgrades, and compares.
 
 from __future__ import annotations
 
+import json
+
 import psycopg
+import pytest
 from alembic import command
 
 from stark_pg.db.migrate import alembic_config, upgrade
@@ -85,3 +88,58 @@ def test_every_downgrade_runs_and_the_upgrade_after_it_restores_the_schema_exact
     assert differences(head, down)
     upgrade(db_url)
     assert differences(head, snapshot(db_url)) == []
+
+
+def test_db_downgrade_lists_what_it_undoes_asks_and_goes_back(cli, db_url):
+    """`stark-pg db downgrade` (the real CLI): it lists the migrations newer than the target, does nothing
+    unconfirmed, undoes them with --yes, and the next `db upgrade` goes forward again."""
+    head = json.loads(cli("db", "status", "--json").stdout)["head_revision"]
+    asked = cli("db", "downgrade", "0036", expect=1)                # no one to answer: aborted
+    assert "0039  Learned fusion's search passes" in asked.stdout and "0037  " in asked.stdout
+    assert "0036  " not in asked.stdout and "Undo these 3 migration(s)" in asked.stdout
+    assert revision(db_url) == head
+
+    report = json.loads(cli("db", "downgrade", "0036", "--yes", "--json").stdout)
+    assert report == {"before": head, "after": "0036", "undone": ["0039", "0038", "0037"]}
+    assert revision(db_url) == "0036"
+    names = {k[1] for k in snapshot(db_url) if k[0] == "function"}
+    assert not any(n.startswith("stark.fusion_features(") and n.endswith("text[],text[])") for n in names)
+    assert "schema revision 0036 already" in cli("db", "downgrade", "0036").stdout
+
+    assert json.loads(cli("db", "upgrade", "--json").stdout) == {"before": "0036", "after": head, "upgraded": True}
+
+
+@pytest.mark.parametrize(("target", "message"), [
+    ("0040x", "no schema revision '0040x': stark-pg's run from 0001 to "),
+    ("head", "no schema revision 'head'"),
+    ("+1", "no schema revision '+1'"),
+    ("base", "no schema revision 'base'"),
+])
+def test_db_downgrade_refuses_what_is_not_a_revision(cli, db_url, target, message):
+    done = cli("db", "downgrade", target, "--yes", expect=1)
+    assert message in done.stderr and revision(db_url) == json.loads(cli("db", "status", "--json").stdout)["head_revision"]
+
+
+def test_db_downgrade_refuses_going_forward(cli, db_url):
+    cli("db", "downgrade", "0037", "--yes")
+    done = cli("db", "downgrade", "0038", "--yes", expect=1)
+    assert "revision 0038 is not older than the database's 0037: `stark-pg db upgrade` goes forward" in done.stderr
+    assert revision(db_url) == "0037"
+    assert "--json needs --yes" in cli("db", "downgrade", "0036", "--json", expect=1).stderr
+    assert revision(db_url) == "0037"
+
+
+def revision(url: str) -> str:
+    with psycopg.connect(url) as conn:
+        return conn.execute("select version_num from stark_pg_alembic_version").fetchone()[0]
+
+
+def test_a_downgrade_that_fails_changes_nothing(cli, db_url):
+    """Below 0011 the role stark_agent goes, but the test template (another database of the server) has
+    objects granted to it: the server refuses, and the downgrades before it are rolled back too."""
+    before = snapshot(db_url)
+    done = cli("db", "downgrade", "0010", "--yes", expect=1)
+    assert "the downgrade to 0010 failed and changed nothing:" in done.stderr and "stark_agent" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert revision(db_url) == json.loads(cli("db", "status", "--json").stdout)["head_revision"]
+    assert snapshot(db_url) == before

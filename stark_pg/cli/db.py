@@ -9,7 +9,7 @@ import typer
 
 from stark_pg.cli.common import fail, out, print_json, state
 
-app = typer.Typer(help="The PostgreSQL database stark-pg uses: status, URL, psql, migrations, stop.",
+app = typer.Typer(help="The PostgreSQL database stark-pg uses: status, URL, psql, migrations (up and down), stop.",
                   no_args_is_help=True)
 
 
@@ -105,6 +105,38 @@ def upgrade(ctx: typer.Context,
         print_json({"before": before, "after": after, "upgraded": before != after})
         return
     out.print(f"schema revision {before or '(none)'} -> {after}")
+
+
+@app.command()
+def downgrade(ctx: typer.Context,
+              revision: str = typer.Argument(..., help="The schema revision to go back to, e.g. 0035: the one the "
+                                                        "older stark-pg's `stark-pg db status` calls its newest."),
+              yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask: undo the migrations listed."),
+              json_: bool = typer.Option(False, "--json", help="Print the revisions before and after and the "
+                                                               "migrations undone as JSON (needs --yes).")) -> None:
+    """Take the schema back to an older revision, before installing an older stark-pg. Lists the
+    migrations newer than REVISION and, once confirmed, undoes them in one transaction (a failure changes
+    nothing). What they added goes, rows included: a table a newer migration created is dropped (below
+    0016 the stored fusion models, below 0005 the evaluation runs). This stark-pg upgrades the database
+    again the next time it connects: run the older one next."""
+    from stark_pg.db.connection import resolve_dsn
+    from stark_pg.db.migrate import current_revision, downgrade as run_downgrade, downgrade_steps
+
+    url_ = resolve_dsn(state(ctx).dsn)
+    before = current_revision(url_)
+    steps = downgrade_steps(url_, revision)
+    if json_ and not yes:
+        fail("--json needs --yes (there is no one to ask)")
+    if steps and not yes:
+        for rev, doc in steps:
+            out.print(f"  {rev}  {doc}", markup=False, highlight=False, no_wrap=True, overflow="ellipsis")
+        typer.confirm(f"Undo these {len(steps)} migration(s), {before} -> {revision}?", abort=True)
+    run_downgrade(url_, revision)
+    after = current_revision(url_)
+    if json_:
+        print_json({"before": before, "after": after, "undone": [rev for rev, _ in steps]})
+        return
+    out.print(f"schema revision {before} -> {after}" if steps else f"schema revision {after} already")
 
 
 @app.command()

@@ -6,12 +6,14 @@ SQL files from `sql/`, so the schema and the SQL API are readable as plain SQL.
 
 from __future__ import annotations
 
+import psycopg
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 
 from stark_pg.db.connection import DatabaseError
 from stark_pg.resources import migrations_dir
@@ -81,6 +83,52 @@ def upgrade(dsn: str, revision: str = "head") -> None:
         raise NewerSchema(f"the database's stark-pg schema is revision {current}, newer than this stark-pg knows "
                           f"(head {head}): upgrade stark-pg, or use a database it created")
     command.upgrade(alembic_config(dsn), revision)
+
+
+class BadRevision(DatabaseError):
+    """A downgrade's target is not a revision this stark-pg knows, or not older than the database's."""
+
+
+def downgrade_steps(dsn: str, revision: str) -> list[tuple[str, str]]:
+    """The migrations a downgrade to `revision` would undo, newest first, each with the first line of what
+    it did; empty when the database is at `revision`. Refuses a revision this stark-pg does not know or
+    one newer than the database's."""
+    scripts = _scripts()
+    current = current_revision(dsn)
+    if current is None:
+        raise BadRevision("the database has no stark-pg schema to downgrade")
+    if not _known(scripts, current):
+        raise NewerSchema(f"the database's stark-pg schema is revision {current}, newer than this stark-pg knows: "
+                          "downgrade it with the stark-pg that created it")
+    if not _known(scripts, revision) or revision in ("head", "base") or revision.startswith(("-", "+")):
+        raise BadRevision(f"no schema revision {revision!r}: stark-pg's run from "
+                          f"{_first_revision(scripts)} to {scripts.get_current_head()}")
+    steps = []
+    for script in scripts.iterate_revisions(current, "base"):
+        if script.revision == revision:
+            return steps
+        steps.append((script.revision, " ".join(script.doc.split())))
+    raise BadRevision(f"revision {revision} is not older than the database's {current}: "
+                      "`stark-pg db upgrade` goes forward")
+
+
+def downgrade(dsn: str, revision: str) -> None:
+    """Take the schema back to `revision` (see downgrade_steps), so that an older stark-pg can use the
+    database. Every downgrade in between runs in one transaction: a failure leaves the schema as it was.
+    This stark-pg upgrades the database again the next time it connects, as any database behind its head."""
+    if not downgrade_steps(dsn, revision):
+        return
+    try:
+        command.downgrade(alembic_config(dsn), revision)
+    except (RuntimeError, DBAPIError, psycopg.Error) as exc:
+        # a downgrade that refuses (0035 while bagged fusion models are stored) or that the server
+        # refuses (0011's role still used by another database): the transaction rolled back
+        reason = exc.orig if isinstance(exc, DBAPIError) else exc
+        raise DatabaseError(f"the downgrade to {revision} failed and changed nothing: {reason}") from exc
+
+
+def _first_revision(scripts: ScriptDirectory) -> str:
+    return list(scripts.walk_revisions())[-1].revision
 
 
 def _known(scripts: ScriptDirectory, revision: str) -> bool:
