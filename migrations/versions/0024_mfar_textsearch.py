@@ -24,5 +24,5 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     """The new signatures and stark.bm25_rows go, and 0023's functions (no `engine`: every field by
-stark.bm25_scores) come back."""
+    stark.bm25_scores) come back."""
     run_sql_file("downgrade/0024_mfar_textsearch.sql")

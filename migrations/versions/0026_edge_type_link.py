@@ -24,5 +24,5 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     """The summary, its builder and the functions reading it go; 0025's revision functions and
-carry-over come back."""
+    carry-over come back."""
     run_sql_file("downgrade/0026_edge_type_link.sql")

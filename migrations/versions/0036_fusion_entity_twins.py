@@ -23,5 +23,5 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     """0035's functions come back (same signatures, without the two features), then the table goes: it
-holds nothing but what stark.link_queries computes again from the questions."""
+    holds nothing but what stark.link_queries computes again from the questions."""
     run_sql_file("downgrade/0036_fusion_entity_twins.sql")

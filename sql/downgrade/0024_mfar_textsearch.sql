@@ -1,7 +1,7 @@
 -- Migration 0024's downgrade (migrations/versions/0024_mfar_textsearch.py), run by it as one script:
 -- The new signatures and stark.bm25_rows go, and 0023's functions (no `engine`: every field by
 -- stark.bm25_scores) come back.
--- What it restores, verbatim:
+-- What it restores:
 --   sql/functions/mfar.sql's two functions as of migration 0023, verbatim
 
 drop function if exists

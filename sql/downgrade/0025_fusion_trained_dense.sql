@@ -1,6 +1,6 @@
 -- Migration 0025's downgrade (migrations/versions/0025_fusion_trained_dense.py), run by it as one script:
 -- The new signatures and stark.mean_cosine go, and 0024's functions come back.
--- What it restores, verbatim:
+-- What it restores:
 --   sql/functions/fusion.sql as of migration 0024, verbatim
 
 drop function if exists

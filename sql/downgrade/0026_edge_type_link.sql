@@ -1,7 +1,7 @@
 -- Migration 0026's downgrade (migrations/versions/0026_edge_type_link.py), run by it as one script:
 -- The summary, its builder and the functions reading it go; 0025's revision functions and carry-over
 -- come back.
--- What it restores, verbatim:
+-- What it restores:
 --   stark.focus_probe_sql and stark.focus_revise (sql/functions/focus.sql) and stark.carry_over_skb
 --   (sql/functions/skb.sql) as of migration 0025, verbatim
 

@@ -1,6 +1,6 @@
 -- Migration 0027's downgrade (migrations/versions/0027_diskann_rescore.py), run by it as one script:
 -- 0026's two functions come back: DiskANN scans re-score pgvectorscale's default number again.
--- What it restores, verbatim:
+-- What it restores:
 --   stark.vector_search_settings and stark.vector_search_restore (sql/functions/dense.sql) as of 0026, verbatim
 
 -- The size of the candidate list an index search keeps (HNSW's hnsw.ef_search, DiskANN's

@@ -1,6 +1,6 @@
 -- Migration 0028's downgrade (migrations/versions/0028_bm25_index_score.py), run by it as one script:
 -- 0027's stark.bm25_top and stark.mfar_field_scores come back; stark.bm25_index_scan goes.
--- What it restores, verbatim:
+-- What it restores:
 --   stark.bm25_top (sql/functions/lexical.sql) as of 0027, verbatim
 --   stark.mfar_field_scores (sql/functions/mfar.sql) as of 0027, verbatim
 

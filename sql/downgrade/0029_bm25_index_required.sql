@@ -1,6 +1,6 @@
 -- Migration 0029's downgrade (migrations/versions/0029_bm25_index_required.py), run by it as one script:
 -- 0028's stark.bm25_engine and stark.bm25_index_scan come back; stark.bm25_index_required goes.
--- What it restores, verbatim:
+-- What it restores:
 --   stark.bm25_engine (sql/functions/lexical.sql) as of 0028, verbatim
 --   stark.bm25_index_scan (sql/functions/lexical.sql) as of 0028, verbatim
 

@@ -1,7 +1,7 @@
 -- Migration 0030's downgrade (migrations/versions/0030_edge_symmetry.py), run by it as one script:
 -- The symmetry table goes; 0029's substitution, summary builder, carry-over and KAR statement come
 -- back.
--- What it restores, verbatim:
+-- What it restores:
 --   stark.focus_revise and stark.focus_substitute (sql/functions/focus.sql), stark.edge_type_link_build
 --   (sql/functions/graph.sql), stark.carry_over_skb (sql/functions/skb.sql) and stark.kar_neighbours_sql
 --   (sql/functions/kar.sql) as of migration 0029, verbatim

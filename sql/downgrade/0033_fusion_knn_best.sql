@@ -1,6 +1,6 @@
 -- Migration 0033's downgrade (migrations/versions/0033_fusion_knn_best.py), run by it as one script:
 -- 0032's functions come back (same signatures, without the two features).
--- What it restores, verbatim:
+-- What it restores:
 --   sql/functions/fusion.sql as of migration 0032, verbatim
 
 -- Learned fusion (`stark-pg train fusion`, method `fusion`): every signal stark-pg computes about a

@@ -1,7 +1,7 @@
 -- Migration 0036's downgrade (migrations/versions/0036_fusion_entity_twins.py), run by it as one script:
 -- 0035's functions come back (same signatures, without the two features), then the table goes: it
 -- holds nothing but what stark.link_queries computes again from the questions.
--- What it restores, verbatim:
+-- What it restores:
 --   sql/functions/fusion.sql as of migration 0035, verbatim
 
 -- Learned fusion (`stark-pg train fusion`, method `fusion`): every signal stark-pg computes about a

@@ -1,6 +1,6 @@
 -- Migration 0037's downgrade (migrations/versions/0037_fusion_hop_counts.py), run by it as one script:
 -- 0036's functions come back: the same signatures, without the three features.
--- What it restores, verbatim:
+-- What it restores:
 --   sql/functions/fusion.sql as of migration 0036, verbatim
 
 -- Learned fusion (`stark-pg train fusion`, method `fusion`): every signal stark-pg computes about a

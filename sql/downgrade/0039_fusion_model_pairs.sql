@@ -1,6 +1,6 @@
 -- Migration 0039's downgrade (migrations/versions/0039_fusion_model_pairs.py), run by it as one script:
 -- 0038's functions come back: stark.fusion_features without the two arguments.
--- What it restores, verbatim:
+-- What it restores:
 --   sql/functions/fusion.sql as of migration 0038, verbatim
 
 drop function stark.fusion_features(text, text, vector, text, int, int, int, bigint[], text[],
