@@ -1,11 +1,13 @@
-"""Every migration's downgrade gives back the schema its upgrade found.
+"""Migrations both ways: every downgrade runs, and what it undoes the upgrade after it restores exactly;
+`stark-pg db downgrade` lists, asks, undoes in one transaction, and refuses what it cannot do.
 
-A downgrade that restores functions runs a file under `sql/downgrade/` holding their earlier text
-verbatim; one that drops what its upgrade added runs a few statements. Either way it can drift from the
-truth (an argument left out of a signature, an older copy than the one the upgrade replaced). This test
-walks the whole chain on a real database: before each migration it records the `stark` schema as
-PostgreSQL describes it (every function's definition and comment, tables' columns, indexes,
-constraints, types, views, triggers), upgrades, downgrades, and compares.
+A downgrade that gives back earlier SQL functions runs a file under `sql/downgrade/` holding their text
+verbatim; others drop what their upgrade added. Comparing each step with the schema before its upgrade
+is not possible on a database built from scratch: earlier migrations re-run today's `sql/functions/`
+files, so the chain never holds an earlier migration's functions as they were. What can be compared
+is the round trip: the newest schema, down to 0011, and up again, object for object as PostgreSQL
+describes it (every function's definition and comment, tables' columns, indexes, constraints, types,
+views, triggers).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pytest
 from alembic import command
 
 from stark_pg.db.migrate import alembic_config, upgrade
+from stark_pg.resources import migrations_dir
 
 # What PostgreSQL says the `stark` schema is: one (kind, name) -> definition entry per object.
 SNAPSHOT = """
@@ -80,8 +83,7 @@ def test_every_downgrade_runs_and_the_upgrade_after_it_restores_the_schema_exact
     """Down from the newest schema to 0011 (every downgrade from the newest back, each file under
     sql/downgrade/ among them) and up again: the same schema, object for object."""
     head = snapshot(db_url)
-    assert ("function", "stark.fusion_features(text,text,vector,text,integer,integer,integer,bigint[],text[],"
-            "vector[],text[],text[])") in head
+    assert sum(kind == "function" for kind, _ in head) > 50
     command.downgrade(alembic_config(db_url), FIRST)
     down = snapshot(db_url)
     assert ("relation", "query_link") not in {k[:2] for k in down}      # 0036's table went with its downgrade
@@ -94,13 +96,17 @@ def test_db_downgrade_lists_what_it_undoes_asks_and_goes_back(cli, db_url):
     """`stark-pg db downgrade` (the real CLI): it lists the migrations newer than the target, does nothing
     unconfirmed, undoes them with --yes, and the next `db upgrade` goes forward again."""
     head = json.loads(cli("db", "status", "--json").stdout)["head_revision"]
+    newer = [r for r in revisions() if r > "0036"]
+    assert newer[:3] == ["0037", "0038", "0039"] and newer[-1] == head
     asked = cli("db", "downgrade", "0036", expect=1)                # no one to answer: aborted
-    assert "0039  Learned fusion's search passes" in asked.stdout and "0037  " in asked.stdout
-    assert "0036  " not in asked.stdout and "Undo these 3 migration(s)" in asked.stdout
+    listed = [line.split()[0] for line in asked.stdout.splitlines() if line.startswith("  0")]
+    assert listed == newer[::-1]
+    assert "  0039  Learned fusion's search passes" in asked.stdout
+    assert f"Undo these {len(newer)} migration(s), {head} -> 0036?" in asked.stdout
     assert revision(db_url) == head
 
     report = json.loads(cli("db", "downgrade", "0036", "--yes", "--json").stdout)
-    assert report == {"before": head, "after": "0036", "undone": ["0039", "0038", "0037"]}
+    assert report == {"before": head, "after": "0036", "undone": newer[::-1]}
     assert revision(db_url) == "0036"
     names = {k[1] for k in snapshot(db_url) if k[0] == "function"}
     assert not any(n.startswith("stark.fusion_features(") and n.endswith("text[],text[])") for n in names)
@@ -127,6 +133,11 @@ def test_db_downgrade_refuses_going_forward(cli, db_url):
     assert revision(db_url) == "0037"
     assert "--json needs --yes" in cli("db", "downgrade", "0036", "--json", expect=1).stderr
     assert revision(db_url) == "0037"
+
+
+def revisions() -> list[str]:
+    """Every revision stark-pg ships, oldest first."""
+    return sorted(path.name[:4] for path in (migrations_dir() / "versions").glob("0*.py"))
 
 
 def revision(url: str) -> str:
