@@ -1,7 +1,10 @@
 """Bring a database to the newest stark-pg schema with alembic (`migrations/`).
 
 Migrations run on first use of every DSN and on `stark-pg db upgrade`; each migration executes
-SQL files from `sql/`, so the schema and the SQL API are readable as plain SQL.
+SQL files from `sql/`, so the schema and the SQL API are readable as plain SQL. A migration that
+changes functions re-runs their file under `sql/functions/`; its downgrade runs
+`sql/downgrade/<the migration's file name>.sql`, which holds the text they had before, verbatim
+(copied there when the migration is written). `stark-pg db downgrade` runs the downgrades.
 """
 
 from __future__ import annotations
