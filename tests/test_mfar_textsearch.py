@@ -110,8 +110,9 @@ def test_include_is_scored_through_the_index_with_pool_zero(iconn, ibd):
 
 
 def test_the_sql_engine_gives_exactly_the_rows_of_the_function_before_engines(iconn, ibd):
-    """Migration 0024's downgrade (sql/downgrade/) holds 0023's text verbatim: created as a temporary function, it is the
-    reference the `sql` engine (mfar_field_scores' default) must equal row for row, score for score."""
+    """Migration 0024's downgrade (sql/downgrade/) holds 0023's text verbatim: created as a temporary
+    function, it is the reference the `sql` engine (mfar_field_scores' default) must equal row for row,
+    score for score."""
     _, _, fields, queries = ibd
     downgrade = sql_text("downgrade/0024_mfar_textsearch.sql")
     previous = downgrade[downgrade.index("create or replace function"):].split("comment on function")[0]

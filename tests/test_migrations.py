@@ -123,7 +123,8 @@ def test_db_downgrade_lists_what_it_undoes_asks_and_goes_back(cli, db_url):
 ])
 def test_db_downgrade_refuses_what_is_not_a_revision(cli, db_url, target, message):
     done = cli("db", "downgrade", target, "--yes", expect=1)
-    assert message in done.stderr and revision(db_url) == json.loads(cli("db", "status", "--json").stdout)["head_revision"]
+    head = json.loads(cli("db", "status", "--json").stdout)["head_revision"]
+    assert message in done.stderr and revision(db_url) == head
 
 
 def test_db_downgrade_refuses_going_forward(cli, db_url):
@@ -154,3 +155,12 @@ def test_a_downgrade_that_fails_changes_nothing(cli, db_url):
     assert "Traceback" not in done.stderr
     assert revision(db_url) == json.loads(cli("db", "status", "--json").stdout)["head_revision"]
     assert snapshot(db_url) == before
+
+
+def test_db_downgrade_refuses_a_database_a_newer_stark_pg_migrated(cli, db_url):
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("update stark_pg_alembic_version set version_num = '9999'")
+    done = cli("db", "downgrade", "0036", "--yes", expect=1)
+    assert ("schema is revision 9999, newer than this stark-pg knows: downgrade it with the stark-pg that "
+            "created it") in done.stderr
+    assert revision(db_url) == "9999"

@@ -81,10 +81,8 @@ def upgrade(dsn: str, revision: str = "head") -> None:
     head = scripts.get_current_head()
     if current == head and revision == "head":
         return
-    if current is not None and not _known(scripts, current):
-        # alembic would raise "Can't locate revision" from deep inside; say what happened and what to do
-        raise NewerSchema(f"the database's stark-pg schema is revision {current}, newer than this stark-pg knows "
-                          f"(head {head}): upgrade stark-pg, or use a database it created")
+    if current is not None:
+        _require_known(scripts, current, f" (head {head}): upgrade stark-pg, or use a database it created")
     command.upgrade(alembic_config(dsn), revision)
 
 
@@ -100,9 +98,7 @@ def downgrade_steps(dsn: str, revision: str) -> list[tuple[str, str]]:
     current = current_revision(dsn)
     if current is None:
         raise BadRevision("the database has no stark-pg schema to downgrade")
-    if not _known(scripts, current):
-        raise NewerSchema(f"the database's stark-pg schema is revision {current}, newer than this stark-pg knows: "
-                          "downgrade it with the stark-pg that created it")
+    _require_known(scripts, current, ": downgrade it with the stark-pg that created it")
     if not _known(scripts, revision) or revision in ("head", "base") or revision.startswith(("-", "+")):
         raise BadRevision(f"no schema revision {revision!r}: stark-pg's run from "
                           f"{_first_revision(scripts)} to {scripts.get_current_head()}")
@@ -128,6 +124,14 @@ def downgrade(dsn: str, revision: str) -> None:
         # refuses (0011's role still used by another database): the transaction rolled back
         reason = exc.orig if isinstance(exc, DBAPIError) else exc
         raise DatabaseError(f"the downgrade to {revision} failed and changed nothing: {reason}") from exc
+
+
+def _require_known(scripts: ScriptDirectory, current: str, advice: str) -> None:
+    """Refuse a database a newer stark-pg migrated (alembic would raise "Can't locate revision" from deep
+    inside): say what happened, then `advice`, what to do."""
+    if not _known(scripts, current):
+        raise NewerSchema(f"the database's stark-pg schema is revision {current}, newer than this stark-pg knows"
+                          f"{advice}")
 
 
 def _first_revision(scripts: ScriptDirectory) -> str:
