@@ -322,6 +322,8 @@ FUNCTIONS = {
     "bm25_table": (["int", "text"], [skb_ids, scopes]),
     "bm25_index": (["int", "text"], [skb_ids, scopes]),
     "bm25_scores": (["int", "text", "text", "float8", "float8"], [skb_ids, scopes, texts, floats, floats]),
+    "bm25_scores_scopes": (["int", "text[]", "text", "float8", "float8"],
+                           [skb_ids, st.one_of(st.none(), st.lists(scopes, max_size=4)), texts, floats, floats]),
     "bm25_rows": (["int", "text", "text", "bigint[]", "float8", "float8"],
                   [skb_ids, scopes, texts, id_arrays, floats, floats]),
     "query_terms": (["text"], [texts]),

@@ -162,22 +162,37 @@ $$;
 
 -- Okapi BM25 as Lucene (since 8.0) and bm25s compute it: idf = ln(1 + (N - df + 0.5) / (df + 0.5)),
 -- tf part = tf / (tf + k1 (1 - b + b len / avgdl)) without Okapi's constant (k1 + 1), which changes no
--- ranking. Scores every document of a scope that holds at least one query term; callers order and limit.
+-- ranking. Scores every document of each given scope that holds at least one query term, in one pass:
+-- mFAR and learned fusion score a query against eleven fields or more, and one statement that reads the
+-- query's terms once, each (scope, term) statistic by its key, then the postings, took 25 ms on the
+-- slice where eleven calls of one scope each took 64 (the same scores). The term weights are
+-- materialised so that the planner probes lex_term once per (scope, term), not once per posting.
+-- Callers order and limit.
+create or replace function stark.bm25_scores_scopes(skb int, target_scopes text[], query text,
+                                                    k1 double precision default 1.2, b double precision default 0.75)
+returns table (scope text, node_id bigint, score double precision)
+language sql stable parallel safe as $$
+    with st as (select s.scope, s.n_docs::double precision as n,
+                       s.total_len::double precision / greatest(s.n_docs, 1) as avgdl
+                from stark.lex_stats s where s.skb_id = skb and s.scope = any(target_scopes)),
+    t as materialized (
+        select st.scope, st.avgdl, q.term, q.qtf * ln(1 + (st.n - lt.df + 0.5) / (lt.df + 0.5)) as weight
+        from st cross join stark.query_terms(query) q
+        join stark.lex_term lt on lt.skb_id = skb and lt.scope = st.scope and lt.term = q.term)
+    select t.scope, p.node_id, sum(t.weight * p.tf / (p.tf + k1 * (1 - b + b * p.len / t.avgdl)))
+    from t
+    join stark.lex_posting p on p.skb_id = skb and p.scope = t.scope and p.term = t.term
+    group by t.scope, p.node_id
+$$;
+comment on function stark.bm25_scores_scopes(int, text[], text, double precision, double precision) is
+    'BM25 of every matching document of several scopes (by skb_id) in one pass, as stark.bm25_scores per scope.';
+
+-- One scope's BM25 (the formula above).
 create or replace function stark.bm25_scores(skb int, target_scope text, query text,
                                              k1 double precision default 1.2, b double precision default 0.75)
 returns table (node_id bigint, score double precision)
 language sql stable parallel safe as $$
-    with st as (select n_docs::double precision as n, total_len::double precision / greatest(n_docs, 1) as avgdl
-                from stark.lex_stats where skb_id = skb and scope = target_scope),
-    t as (select q.term, q.qtf * ln(1 + (st.n - lt.df + 0.5) / (lt.df + 0.5)) as weight
-          from stark.query_terms(query) q
-          join stark.lex_term lt on lt.skb_id = skb and lt.scope = target_scope and lt.term = q.term
-          cross join st)
-    select p.node_id, sum(t.weight * p.tf / (p.tf + k1 * (1 - b + b * p.len / st.avgdl)))
-    from t
-    join stark.lex_posting p on p.skb_id = skb and p.scope = target_scope and p.term = t.term
-    cross join st
-    group by p.node_id
+    select s.node_id, s.score from stark.bm25_scores_scopes(skb, array[target_scope], query, k1, b) s
 $$;
 comment on function stark.bm25_scores(int, text, text, double precision, double precision) is
     'BM25 of every matching document of one scope (by skb_id); see stark.bm25 for the ranked API.';

@@ -75,7 +75,7 @@ comment on function stark.mfar_fields(text, text) is
 -- Every candidate is then scored exactly by every pair. pool 0 scores only `include`.
 --
 -- `engine` picks each lexical field's BM25 engine as stark.bm25_engine does for its scope:
---   'sql'         the field's shortlist is the top `pool` of stark.bm25_scores, which scores every
+--   'sql'         the field's shortlist is the top `pool` of stark.bm25_scores_scopes, which scores every
 --                 document holding a query term (the reference, and the default here: training and
 --                 learned fusion compute their features with it);
 --   'textsearch'  the shortlist is the top `pool` of the scope's pg_textsearch index (block-max WAND
@@ -97,7 +97,7 @@ language plpgsql stable as $$
 declare
     skb int := stark.skb_id(skb_name);
     lex text[] := coalesce(lexical_fields, '{}');
-    exact text[];                  -- lexical fields scored by stark.bm25_scores
+    exact text[];                  -- lexical fields scored by stark.bm25_scores_scopes, in one pass
     indexed text[];                -- lexical fields shortlisted through their pg_textsearch index
     shortlisted bigint[];          -- the union of the indexed fields' shortlists
     dense text[] := coalesce(dense_fields, '{}');
@@ -140,7 +140,8 @@ begin
     if cardinality(exact) > 0 then
         parts := parts || format(
             'lex as materialized (select f.field, s.node_id, s.score from unnest($1::text[]) as f(field) '
-            'cross join lateral stark.bm25_scores(%s, stark.mfar_lexical_scope(f.field), $2, $7, $8) s)', skb);
+            'join stark.bm25_scores_scopes(%s, array(select stark.mfar_lexical_scope(x) from unnest($1::text[]) x), '
+            '$2, $7, $8) s on s.scope = stark.mfar_lexical_scope(f.field))', skb);
         cands := cands || 'select x.node_id from (select l.node_id, row_number() over (partition by l.field '
                           'order by l.score desc, l.node_id) as r from lex l) x where x.r <= $5'::text;
     end if;

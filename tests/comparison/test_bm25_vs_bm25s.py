@@ -74,6 +74,32 @@ def test_whole_document_and_field_scores_equal_bm25s(conn, ibd):
     assert assert_same_scores(conn, ibd, "name", queries) >= 10
 
 
+def test_several_scopes_in_one_pass_score_as_bm25s_scores_each(conn, ibd):
+    """stark.bm25_scores_scopes (mFAR's and fusion's lexical fields, one statement): each scope's rows
+    equal bm25s on that scope alone; a scope named twice counts once, an unknown one gives no rows."""
+    scopes = ["*", "description", "name"]
+    references = {}
+    for scope in scopes:
+        node_ids, docs = corpus_tokens(conn, ibd, scope)
+        references[scope] = (node_ids, bm25s.BM25(k1=K1, b=B, method="lucene", dtype="float64"))
+        references[scope][1].index(docs, show_progress=False)
+    compared = 0
+    for text in val_queries(conn, 15):
+        rows = conn.execute("select scope, node_id, score from stark.bm25_scores_scopes(%s, %s, %s, %s, %s)",
+                            (ibd, scopes + ["nope", "*"], text, K1, B)).fetchall()
+        assert {r[0] for r in rows} <= set(scopes)
+        assert len(rows) == len({(r[0], r[1]) for r in rows}), "a (scope, node) scored twice"
+        for scope, (node_ids, reference) in references.items():
+            tokens = [t for t in query_tokens(conn, text) if t in reference.vocab_dict]
+            ours = {n: v for sc, n, v in rows if sc == scope}
+            expected = reference.get_scores(tokens) if tokens else np.zeros(len(node_ids))
+            got = np.array([ours.get(n, 0.0) for n in node_ids])
+            np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0, err_msg=f"{scope}: {text}")
+            assert len(ours) == (expected > 0).sum()
+            compared += bool(tokens)
+    assert compared >= 30
+
+
 def test_scores_stay_exact_after_nodes_are_added_changed_and_removed(conn, ibd):
     with conn.transaction():
         conn.execute("insert into stark.node values (%s, 999001, 'drug', 'Testamab', null)", (ibd,))
