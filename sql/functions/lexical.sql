@@ -167,7 +167,11 @@ $$;
 -- query's terms once, each (scope, term) statistic by its key, then the postings, took 25 ms on the
 -- slice where eleven calls of one scope each took 64 (the same scores). The term weights are
 -- materialised so that the planner probes lex_term once per (scope, term), not once per posting.
--- Callers order and limit.
+-- Each document's terms are summed in one order (by term), whatever the plan: floating-point sums
+-- in another order differ in the last bit, enough to reorder names whose scores tie exactly (one
+-- query term each, the same length), so that learned fusion's linked entities would depend on the
+-- plan (seen on the slice: the fifth of five tied names changed with the plan). Costs about 5 ms of
+-- the 25 above. Callers order and limit.
 create or replace function stark.bm25_scores_scopes(skb int, target_scopes text[], query text,
                                                     k1 double precision default 1.2, b double precision default 0.75)
 returns table (scope text, node_id bigint, score double precision)
@@ -179,7 +183,7 @@ language sql stable parallel safe as $$
         select st.scope, st.avgdl, q.term, q.qtf * ln(1 + (st.n - lt.df + 0.5) / (lt.df + 0.5)) as weight
         from st cross join stark.query_terms(query) q
         join stark.lex_term lt on lt.skb_id = skb and lt.scope = st.scope and lt.term = q.term)
-    select t.scope, p.node_id, sum(t.weight * p.tf / (p.tf + k1 * (1 - b + b * p.len / t.avgdl)))
+    select t.scope, p.node_id, sum(t.weight * p.tf / (p.tf + k1 * (1 - b + b * p.len / t.avgdl)) order by t.term)
     from t
     join stark.lex_posting p on p.skb_id = skb and p.scope = t.scope and p.term = t.term
     group by t.scope, p.node_id
@@ -213,7 +217,7 @@ language sql stable parallel safe as $$
           from stark.query_terms(query) q
           join stark.lex_term lt on lt.skb_id = skb and lt.scope = target_scope and lt.term = q.term
           cross join st)
-    select p.node_id, sum(t.weight * p.tf / (p.tf + k1 * (1 - b + b * p.len / st.avgdl)))
+    select p.node_id, sum(t.weight * p.tf / (p.tf + k1 * (1 - b + b * p.len / st.avgdl)) order by t.term)
     from t
     join stark.lex_posting p on p.skb_id = skb and p.scope = target_scope and p.term = t.term
                             and p.node_id = any(node_ids)
