@@ -5,7 +5,8 @@ instead of stark.bm25_scores once per field; stark.bm25_scores is that function 
 it and stark.bm25_rows now sum a document's terms in one order (by term), so that the scores, equal
 to the last bit or two before, are the same bits whatever the plan and whichever engine: names whose
 scores tie exactly no longer swap places with the plan. On the slice the eleven fields of learned
-fusion took 22 ms against 46 ms (p50). Re-runs sql/functions/lexical.sql and sql/functions/mfar.sql.
+fusion took 16-17 ms against 34-52 ms (p50). Re-runs sql/functions/lexical.sql and
+sql/functions/mfar.sql.
 
 Revision ID: 0040
 Revises: 0039

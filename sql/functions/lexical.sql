@@ -164,15 +164,15 @@ $$;
 -- tf part = tf / (tf + k1 (1 - b + b len / avgdl)) without Okapi's constant (k1 + 1), which changes no
 -- ranking. Scores every document of each given scope that holds at least one query term, in one pass:
 -- mFAR and learned fusion score a query against eleven fields or more, and one statement that reads the
--- query's terms once, each (scope, term) statistic by its key, then the postings, took 22 ms on the
--- slice where eleven calls of one scope each took 46 (p50 over 60 training questions, beside other
--- jobs; the scores agree to 5e-16). The term weights are materialised so that the planner probes
+-- query's terms once, each (scope, term) statistic by its key, then the postings, took 16-17 ms on
+-- the slice where eleven calls of one scope each took 34-52 (p50 over 40 training questions, two runs
+-- each; the scores agree to 5e-16). The term weights are materialised so that the planner probes
 -- lex_term once per (scope, term), not once per posting.
 -- Each document's terms are summed in one order (by term), whatever the plan: floating-point sums
 -- in another order differ in the last bit, enough to reorder names whose scores tie exactly (one
 -- query term each, the same length), so that learned fusion's linked entities would depend on the
 -- plan (seen on the slice: the fifth of five tied names changed with the plan). The order costs
--- about 5 ms of those 22. Callers order and limit.
+-- about 5 ms of those 16-17. Callers order and limit.
 create or replace function stark.bm25_scores_scopes(skb int, target_scopes text[], query text,
                                                     k1 double precision default 1.2, b double precision default 0.75)
 returns table (scope text, node_id bigint, score double precision)
