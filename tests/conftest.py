@@ -133,6 +133,19 @@ def indexed_synthetic(server_url: str, template: str, prefix: str, skb: str, see
         yield url
 
 
+def field_scores(conn, query: str, fields: list[str], engine: str | None, pool: int = 100, include=None,
+                 function: str = "stark.mfar_field_scores",
+                 skb: str = "stark-prime-ibd") -> dict[tuple[int, str], float]:
+    """mFAR's lexical scores of a query's candidates, {(node, field): score}: `engine` None takes the
+    function's default; `function` another version of it (a temporary copy of an earlier text)."""
+    engine_arg = ", %s" if engine is not None else ""
+    rows = conn.execute(f"select node_id, field, scorer, score from {function}(%s, %s, null::vector, "
+                        f"'all-MiniLM-L6-v2', %s::text[], '{{}}'::text[], %s, %s::bigint[], 1.2, 0.75{engine_arg})",
+                        [skb, query, fields, pool, include] + ([engine] if engine is not None else [])).fetchall()
+    assert all(r[2] == "lexical" for r in rows)
+    return {(int(n), f): float(s) for n, f, _, s in rows}
+
+
 def count_rows(url: str, table: str) -> int:
     with psycopg.connect(url) as c:
         return c.execute(f"select count(*) from stark.{table}").fetchone()[0]

@@ -14,7 +14,7 @@ import numpy as np
 import psycopg
 import pytest
 
-from conftest import IBD, cloned_database
+from conftest import IBD, cloned_database, field_scores
 from stark_pg.options import OptionError, parse_options
 from stark_pg.resources import sql_text
 
@@ -45,16 +45,6 @@ def ibd(server_url, template_db):
 def iconn(ibd):
     with psycopg.connect(ibd[0], autocommit=True) as conn:
         yield conn
-
-
-def field_scores(conn, query: str, fields: list[str], engine: str, pool: int = 100, include=None,
-                 function: str = "stark.mfar_field_scores") -> dict[tuple[int, str], float]:
-    engine_arg = ", %s" if engine is not None else ""
-    rows = conn.execute(f"select node_id, field, scorer, score from {function}(%s, %s, null::vector, "
-                        f"'all-MiniLM-L6-v2', %s::text[], '{{}}'::text[], %s, %s::bigint[], 1.2, 0.75{engine_arg})",
-                        [SKB, query, fields, pool, include] + ([engine] if engine is not None else [])).fetchall()
-    assert all(r[2] == "lexical" for r in rows)
-    return {(int(n), f): float(s) for n, f, _, s in rows}
 
 
 def test_every_lexical_field_of_the_slice_has_its_index(ibd):

@@ -10,7 +10,7 @@ import bm25s
 import numpy as np
 import pytest
 
-from conftest import IBD
+from conftest import IBD, field_scores
 from loaders.bundle import BundleSource
 from stark_pg.index.lexical import build_lexical
 from stark_pg.skb.store import load_skb
@@ -124,7 +124,6 @@ def test_migration_0040s_downgrade_gives_back_one_call_per_field_with_the_same_s
     """0040's downgrade (sql/downgrade/0040_bm25_one_pass.sql) restores 0039's functions: mFAR's field
     scores through one stark.bm25_scores call per field, the one-pass function gone; the scores equal the
     one pass's to the last bits (summed in another order), and the upgrade brings the one pass back."""
-    import psycopg
     from alembic import command
 
     from stark_pg.db.migrate import alembic_config, upgrade
@@ -133,29 +132,23 @@ def test_migration_0040s_downgrade_gives_back_one_call_per_field_with_the_same_s
                                          "where lexical").fetchall()]
     assert {"document", "name", "description"} <= set(fields)
 
-    def field_scores(body, pool=30, include=None):
-        with psycopg.connect(db_url) as c:
-            return {(n, f): v for n, f, v in c.execute(
-                "select node_id, field, score from stark.mfar_field_scores('stark-prime-ibd', %s, null, "
-                "'all-MiniLM-L6-v2', %s, '{}', %s, %s)", (body, fields, pool, include)).fetchall()}
-
     def one_pass_exists():
-        with psycopg.connect(db_url) as c:
-            return c.execute("select count(*) from pg_proc where proname = 'bm25_scores_scopes'").fetchone()[0] == 1
+        return conn.execute("select count(*) from pg_proc where proname = 'bm25_scores_scopes'").fetchone()[0] == 1
 
     # the same candidates scored (pool 0): names that tie at a shortlist's edge can fall either way in
     # 0039, whose sums follow the plan's order
     bodies = val_queries(conn, 5)[:5]          # the real questions, not the added stopword-only one
-    candidates = [sorted({n for n, _ in field_scores(b)}) for b in bodies]
-    now = [field_scores(b, 0, c) for b, c in zip(bodies, candidates)]
+    candidates = [sorted({n for n, _ in field_scores(conn, b, fields, None, pool=30)}) for b in bodies]
+    now = [field_scores(conn, b, fields, None, pool=0, include=c) for b, c in zip(bodies, candidates)]
     assert all(now) and one_pass_exists()
     command.downgrade(alembic_config(db_url), "0039")
     assert not one_pass_exists()
     for body, nodes, scores in zip(bodies, candidates, now):
-        before = field_scores(body, 0, nodes)
+        before = field_scores(conn, body, fields, None, pool=0, include=nodes)
         assert before.keys() == scores.keys() and before == pytest.approx(scores, rel=1e-12)
     upgrade(db_url)
-    assert one_pass_exists() and [field_scores(b, 0, c) for b, c in zip(bodies, candidates)] == now
+    assert one_pass_exists()
+    assert [field_scores(conn, b, fields, None, pool=0, include=c) for b, c in zip(bodies, candidates)] == now
 
 
 def test_scores_stay_exact_after_nodes_are_added_changed_and_removed(conn, ibd):
