@@ -4,7 +4,7 @@ The Python API (`stark_pg.connect`, `stark_pg.load`, ...) lives in stark_pg.api 
 first use, so `import stark_pg` (and every CLI command) stays cheap.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 _API = ("connect", "load", "Database", "SKB", "SearchHit", "Hits", "Evaluation",
         "LoadError", "UnknownMethod", "OptionError", "MissingIndex", "DeviceError")

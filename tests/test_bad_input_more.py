@@ -184,29 +184,6 @@ def test_neighbors_caps_hops_and_rejects_an_unknown_skb(conn, tmp_path):
         conn.execute("select * from stark.neighbors('nosuch', 1)")
 
 
-def test_migration_0012_installs_the_checks_and_can_be_undone(db_url):
-    """An existing database gets the checked functions from migration 0012; downgrading restores 0011's."""
-    from alembic import command
-
-    from stark_pg.db.migrate import alembic_config, upgrade
-
-    def unknown_skb_rows():
-        with psycopg.connect(db_url, autocommit=True) as c:
-            return c.execute("select count(*) from stark.bm25('nosuch', 'x')").fetchone()[0]
-
-    def far_neighbours():
-        with psycopg.connect(db_url, autocommit=True) as c:
-            return c.execute("select count(*) from stark.neighbors('nosuch', 1, null, 1000000)").fetchone()[0]
-
-    command.downgrade(alembic_config(db_url), "0011")
-    assert unknown_skb_rows() == 0 and far_neighbours() == 0        # 0011: silently empty, hops unchecked
-    upgrade(db_url, "0012")
-    for call in (unknown_skb_rows, far_neighbours):
-        with pytest.raises(psycopg.errors.InvalidParameterValue, match="no SKB named"):
-            call()
-    upgrade(db_url)
-
-
 @pytest.mark.parametrize("command", [["info", "nosuch"], ["index", "nosuch", "--quiet"], ["drop", "nosuch"],
                                      ["eval", "nosuch", "-m", "bm25", "--quiet"],
                                      ["search", "nosuch", "x", "-m", "vss"]])

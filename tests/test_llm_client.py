@@ -139,42 +139,6 @@ def test_a_local_servers_answer_is_not_replayed_as_the_providers(conn, server, m
         official.chat(HELLO)
 
 
-def test_migration_0013_rekeys_server_rows_and_back(server_url):
-    import uuid
-
-    from alembic import command
-    from psycopg.conninfo import make_conninfo
-    from pytest_postgresql.janitor import DatabaseJanitor
-
-    from conftest import _server_params
-    from stark_pg.db.migrate import alembic_config, upgrade
-    from stark_pg.llm.cache import canonical_json, request_hash
-
-    name = f"stark_llm_{uuid.uuid4().hex[:8]}"
-    janitor = DatabaseJanitor(dbname=name, **_server_params(server_url))
-    janitor.init()
-    try:
-        url = make_conninfo(server_url, dbname=name)
-        upgrade(url, "0012")
-        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "temperature": 0.0}
-        with psycopg.connect(url, autocommit=True) as c:
-            for base_url in ("http://127.0.0.1:8008/v1/", None):
-                c.execute("insert into stark.llm_cache (provider, model, request_hash, request, response) "
-                          "values ('openai', %s, %s, %s::jsonb, '{}')",
-                          ("local" if base_url else "official", request_hash(body),
-                           canonical_json(body | {"base_url": base_url})))
-        upgrade(url, "0013")
-        with psycopg.connect(url) as c:
-            keys = dict(c.execute("select model, request_hash from stark.llm_cache").fetchall())
-        assert keys == {"local": request_hash(body, "http://127.0.0.1:8008/v1"), "official": request_hash(body)}
-        command.downgrade(alembic_config(url), "0012")
-        with psycopg.connect(url) as c:
-            keys = dict(c.execute("select model, request_hash from stark.llm_cache").fetchall())
-        assert keys == {"local": request_hash(body), "official": request_hash(body)}
-    finally:
-        janitor.drop()
-
-
 # --- retries, timeouts, errors ------------------------------------------------------------------
 
 def test_server_errors_and_rate_limits_are_retried_then_succeed(conn, server):
@@ -375,34 +339,6 @@ def test_bad_messages_are_rejected_before_any_call(conn, server, messages):
     with pytest.raises(LLMError, match="messages"):
         openai_client(conn, server).chat(messages)
     assert server.requests == []
-
-
-def test_migration_0006_goes_down_and_up(server_url):
-    """On a database of its own (later migrations of the shared template are not ours to undo)."""
-    import uuid
-
-    from alembic import command
-    from psycopg.conninfo import make_conninfo
-    from pytest_postgresql.janitor import DatabaseJanitor
-
-    from conftest import _server_params
-    from stark_pg.db.migrate import alembic_config, upgrade
-
-    name = f"stark_llm_{uuid.uuid4().hex[:8]}"
-    janitor = DatabaseJanitor(dbname=name, **_server_params(server_url))
-    janitor.init()
-    try:
-        url = make_conninfo(server_url, dbname=name)
-        upgrade(url, "0006")
-        command.downgrade(alembic_config(url), "0005")
-        with psycopg.connect(url) as c:
-            assert c.execute("select to_regclass('stark.llm_cache')").fetchone()[0] is None
-            assert c.execute("select to_regclass('stark.eval_run')").fetchone()[0] == "stark.eval_run"
-        upgrade(url, "0006")
-        with psycopg.connect(url) as c:
-            assert c.execute("select to_regclass('stark.llm_cache')").fetchone()[0] == "stark.llm_cache"
-    finally:
-        janitor.drop()
 
 
 def test_cache_writes_use_a_side_connection_only_inside_a_transaction(conn, server):

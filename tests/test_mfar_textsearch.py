@@ -1,9 +1,7 @@
 """mFAR's lexical fields through pg_textsearch (stark.mfar_field_scores / stark.mfar `engine`), on the
 real slice with every lexical scope mFAR uses (type and relations included): an indexed field's
 shortlist is stark.bm25_top's and every candidate's score is the SQL engine's (stark.bm25_rows); the
-`sql` engine gives exactly what the function gave before the engine existed (0023's text, kept in
-migration 0024's downgrade); the two engines rank val queries alike; a field without an index falls
-back to SQL under `auto`.
+two engines rank val queries alike; a field without an index falls back to SQL under `auto`.
 
 Only lexical pairs: the dense pairs do not depend on the engine (and field vectors take minutes of CPU).
 """
@@ -16,7 +14,6 @@ import pytest
 
 from conftest import IBD, cloned_database, field_scores
 from stark_pg.options import OptionError, parse_options
-from stark_pg.resources import sql_text
 
 pytestmark = pytest.mark.skipif(not IBD.is_dir(), reason="../shared/data/stark-prime-ibd is not here")
 SKB = "stark-prime-ibd"
@@ -98,23 +95,6 @@ def test_include_is_scored_through_the_index_with_pool_zero(iconn, ibd):
     scored = field_scores(iconn, body, fields, "textsearch", pool=0, include=some)
     # the same sums, added in the same order whatever the plan: equal to the bit
     assert scored and scored == {k: v for k, v in full.items() if k[0] in some}
-
-
-def test_the_sql_engine_gives_exactly_the_rows_of_the_function_before_engines(iconn, ibd):
-    """Migration 0024's downgrade (sql/downgrade/) holds 0023's text verbatim: created as a temporary
-    function, it is the reference the `sql` engine (mfar_field_scores' default) must equal row for row,
-    score for score."""
-    _, _, fields, queries = ibd
-    downgrade = sql_text("downgrade/0024_mfar_textsearch.sql")
-    previous = downgrade[downgrade.index("create or replace function"):].split("comment on function")[0]
-    assert previous.count("create or replace function stark.mfar_field_scores(") == 1
-    iconn.execute(previous.replace("function stark.mfar_field_scores(", "function pg_temp.mfar_field_scores_0023("))
-    for body, answers in queries[:20]:
-        before = field_scores(iconn, body, fields, None, pool=50, include=answers,
-                              function="pg_temp.mfar_field_scores_0023")
-        assert before
-        assert field_scores(iconn, body, fields, "sql", pool=50, include=answers) == before
-        assert field_scores(iconn, body, fields, None, pool=50, include=answers) == before     # the default
 
 
 def ranking(conn, query: str, fields: list[str], weights: np.ndarray, engine: str, k: int = 10) -> list[int]:

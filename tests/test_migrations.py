@@ -1,70 +1,76 @@
-"""Migrations both ways: every downgrade runs, and what it undoes the upgrade after it restores exactly;
-`stark-pg db downgrade` lists, asks, undoes in one transaction, and refuses what it cannot do.
+"""The schema's two kinds of SQL: a baseline migration for tables, and functions installed as code.
 
-A downgrade that gives back earlier SQL functions runs a file under `sql/downgrade/` holding their text
-verbatim; others drop what their upgrade added. Comparing each step with the schema before its upgrade
-is not possible on a database built from scratch: earlier migrations re-run today's `sql/functions/`
-files, so the chain never holds an earlier migration's functions as they were. What can be compared
-is the round trip: the newest schema, down to 0011, and up again, object for object as PostgreSQL
-describes it (every function's definition and comment, tables' columns, indexes, constraints, types,
-views, triggers).
+- A database that stark-pg 0.1.0 brought to revision 0040 (its 40-step chain; a dump of one, with a
+  small SKB, its BM25 index and an evaluation run, is `tests/data/stark-pg-0.1.0-at-0040.sql.gz`) is
+  upgraded in place: its data intact, and afterwards every object of the schemas `stark` and `agent`,
+  functions and their grants included, as a fresh install makes it.
+- The functions are installed when their files changed, and only then; a function no file defines any
+  more is dropped; a change `create or replace` cannot make (a result type) is installed all the same.
+- Concurrent upgrades of a new database both succeed; a database older than the baseline or newer than
+  this stark-pg is refused in one line; `stark-pg db downgrade` has nothing to undo below the baseline.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
+import shutil
+import subprocess
+import threading
+import uuid
+from pathlib import Path
 
 import psycopg
 import pytest
-from alembic import command
+from psycopg.conninfo import make_conninfo
+from pytest_postgresql.janitor import DatabaseJanitor
 
-from stark_pg.db.migrate import alembic_config, upgrade
-from stark_pg.resources import migrations_dir
+from conftest import _server_params
+from stark_pg.db import functions
+from stark_pg.db.migrate import NewerSchema, OlderSchema, upgrade
 
-# What PostgreSQL says the `stark` schema is: one (kind, name) -> definition entry per object.
+DUMP = Path(__file__).parent / "data" / "stark-pg-0.1.0-at-0040.sql.gz"
+
+# What PostgreSQL says the schemas are: one (kind, name) -> definition entry per object.
 SNAPSHOT = """
 select 'function', p.oid::regprocedure::text,
-       pg_get_functiondef(p.oid) || coalesce(obj_description(p.oid, 'pg_proc'), '')
+       pg_get_functiondef(p.oid) || coalesce(obj_description(p.oid, 'pg_proc'), '') || coalesce(p.proacl::text, '')
 from pg_proc p join pg_namespace n on n.oid = p.pronamespace
-where n.nspname = 'stark' and p.prokind in ('f', 'p')
-union all
-select 'aggregate', p.oid::regprocedure::text, coalesce(obj_description(p.oid, 'pg_proc'), '')
-from pg_proc p join pg_namespace n on n.oid = p.pronamespace
-where n.nspname = 'stark' and p.prokind = 'a'
+where n.nspname in ('stark', 'agent') and p.prokind in ('f', 'p')
 union all
 select 'relation', c.relname, c.relkind::text || coalesce(obj_description(c.oid, 'pg_class'), '')
+       || coalesce(c.relacl::text, '')
 from pg_class c join pg_namespace n on n.oid = c.relnamespace
-where n.nspname = 'stark'
+where n.nspname in ('stark', 'agent') and c.relname !~ '__skb[0-9]+' and c.relname !~ '^emb_'
 union all
 select 'column', c.relname || '.' || a.attname,
-       format_type(a.atttypid, a.atttypmod) || ' ' || a.attnotnull::text || ' '
+       format_type(a.atttypid, a.atttypmod) || ' ' || a.attnotnull::text || ' ' || a.attgenerated::text || ' '
        || coalesce(pg_get_expr(d.adbin, d.adrelid), '') || coalesce(col_description(c.oid, a.attnum), '')
 from pg_attribute a join pg_class c on c.oid = a.attrelid join pg_namespace n on n.oid = c.relnamespace
 left join pg_attrdef d on d.adrelid = a.attrelid and d.adnum = a.attnum
-where n.nspname = 'stark' and a.attnum > 0 and not a.attisdropped and c.relkind in ('r', 'v', 'm', 'p', 'c')
+where n.nspname in ('stark', 'agent') and a.attnum > 0 and not a.attisdropped and c.relkind in ('r', 'v', 'm', 'p', 'c')
+  and c.relname !~ '__skb[0-9]+' and c.relname !~ '^emb_'
 union all
-select 'index', indexname, indexdef from pg_indexes where schemaname = 'stark'
+select 'index', indexname, indexdef from pg_indexes
+where schemaname in ('stark', 'agent') and indexname !~ '__skb[0-9]+' and tablename !~ '__skb[0-9]+'
+  and tablename !~ '^emb_'
 union all
 select 'constraint', c.conrelid::regclass::text || '.' || c.conname, pg_get_constraintdef(c.oid)
-from pg_constraint c join pg_namespace n on n.oid = c.connamespace where n.nspname = 'stark'
+from pg_constraint c join pg_namespace n on n.oid = c.connamespace
+where n.nspname in ('stark', 'agent') and c.conrelid::regclass::text !~ '__skb[0-9]+'
 union all
-select 'type', t.typname, t.typtype::text || coalesce(format_type(t.typbasetype, t.typtypmod), '')
-       || coalesce((select string_agg(e.enumlabel, ',' order by e.enumsortorder) from pg_enum e
-                    where e.enumtypid = t.oid), '')
+select 'type', t.typname, t.typtype::text
 from pg_type t join pg_namespace n on n.oid = t.typnamespace
-where n.nspname = 'stark' and t.typtype in ('d', 'e') or (n.nspname = 'stark' and t.typtype = 'c'
-      and exists (select 1 from pg_class c where c.oid = t.typrelid and c.relkind = 'c'))
+where n.nspname in ('stark', 'agent') and t.typtype in ('d', 'e', 'c')
+  and (t.typtype <> 'c' or exists (select 1 from pg_class c where c.oid = t.typrelid and c.relkind = 'c'))
 union all
-select 'view', viewname, definition from pg_views where schemaname = 'stark'
+select 'view', schemaname || '.' || viewname, definition from pg_views where schemaname in ('stark', 'agent')
 union all
 select 'trigger', tgrelid::regclass::text || '.' || tgname, pg_get_triggerdef(oid)
 from pg_trigger where not tgisinternal and tgrelid::regclass::text like 'stark.%'
+union all
+select 'schema', nspname, coalesce(nspacl::text, '') from pg_namespace where nspname in ('stark', 'agent')
 """
-
-# 0011 creates the role stark_agent, which belongs to the server, not the database: the template every
-# test database is cloned from has objects granted to it, so going below 0011 would mean dropping a role
-# other databases use. The round trip starts there.
-FIRST = "0011"
 
 
 def snapshot(url: str) -> dict[tuple[str, str], str]:
@@ -72,73 +78,29 @@ def snapshot(url: str) -> dict[tuple[str, str], str]:
         return {(kind, name): definition for kind, name, definition in conn.execute(SNAPSHOT)}
 
 
-def differences(before: dict, after: dict) -> list[str]:
-    lines = [f"missing {k}" for k in before.keys() - after.keys()]
-    lines += [f"left behind {k}" for k in after.keys() - before.keys()]
-    lines += [f"changed {k}" for k in before.keys() & after.keys() if before[k] != after[k]]
+def differences(expected: dict, found: dict) -> list[str]:
+    lines = [f"missing {k}" for k in expected.keys() - found.keys()]
+    lines += [f"left behind {k}" for k in found.keys() - expected.keys()]
+    lines += [f"changed {k}" for k in expected.keys() & found.keys() if expected[k] != found[k]]
     return sorted(lines)
 
 
-def test_every_downgrade_runs_and_the_upgrade_after_it_restores_the_schema_exactly(db_url):
-    """Down from the newest schema to 0011 (every downgrade from the newest back, each file under
-    sql/downgrade/ among them) and up again: the same schema, object for object."""
-    head = snapshot(db_url)
-    assert sum(kind == "function" for kind, _ in head) > 50
-    command.downgrade(alembic_config(db_url), FIRST)
-    down = snapshot(db_url)
-    assert ("relation", "query_link") not in {k[:2] for k in down}      # 0036's table went with its downgrade
-    assert differences(head, down)
-    upgrade(db_url)
-    assert differences(head, snapshot(db_url)) == []
+@pytest.fixture
+def empty_db(server_url):
+    """A new database with no stark-pg schema at all."""
+    name = f"stark_empty_{uuid.uuid4().hex[:8]}"
+    janitor = DatabaseJanitor(dbname=name, **_server_params(server_url))
+    janitor.init()
+    yield make_conninfo(server_url, dbname=name)
+    janitor.drop()
 
 
-def test_db_downgrade_lists_what_it_undoes_asks_and_goes_back(cli, db_url):
-    """`stark-pg db downgrade` (the real CLI): it lists the migrations newer than the target, does nothing
-    unconfirmed, undoes them with --yes, and the next `db upgrade` goes forward again."""
-    head = json.loads(cli("db", "status", "--json").stdout)["head_revision"]
-    newer = [r for r in revisions() if r > "0036"]
-    assert newer[:3] == ["0037", "0038", "0039"] and newer[-1] == head
-    asked = cli("db", "downgrade", "0036", expect=1)                # no one to answer: aborted
-    listed = [line.split()[0] for line in asked.stdout.splitlines() if line.startswith("  0")]
-    assert listed == newer[::-1]
-    assert "  0039  Learned fusion's search passes" in asked.stdout
-    assert f"Undo these {len(newer)} migration(s), {head} -> 0036?" in asked.stdout
-    assert revision(db_url) == head
+def psql(url: str, text: str) -> None:
+    from pgserver._commands import POSTGRES_BIN_PATH
 
-    report = json.loads(cli("db", "downgrade", "0036", "--yes", "--json").stdout)
-    assert report == {"before": head, "after": "0036", "undone": newer[::-1]}
-    assert revision(db_url) == "0036"
-    names = {k[1] for k in snapshot(db_url) if k[0] == "function"}
-    assert not any(n.startswith("stark.fusion_features(") and n.endswith("text[],text[])") for n in names)
-    assert "schema revision 0036 already" in cli("db", "downgrade", "0036").stdout
-
-    assert json.loads(cli("db", "upgrade", "--json").stdout) == {"before": "0036", "after": head, "upgraded": True}
-
-
-@pytest.mark.parametrize(("target", "message"), [
-    ("0040x", "no schema revision '0040x': stark-pg's run from 0001 to "),
-    ("head", "no schema revision 'head'"),
-    ("+1", "no schema revision '+1'"),
-    ("base", "no schema revision 'base'"),
-])
-def test_db_downgrade_refuses_what_is_not_a_revision(cli, db_url, target, message):
-    done = cli("db", "downgrade", target, "--yes", expect=1)
-    head = json.loads(cli("db", "status", "--json").stdout)["head_revision"]
-    assert message in done.stderr and revision(db_url) == head
-
-
-def test_db_downgrade_refuses_going_forward(cli, db_url):
-    cli("db", "downgrade", "0037", "--yes")
-    done = cli("db", "downgrade", "0038", "--yes", expect=1)
-    assert "revision 0038 is not older than the database's 0037: `stark-pg db upgrade` goes forward" in done.stderr
-    assert revision(db_url) == "0037"
-    assert "--json needs --yes" in cli("db", "downgrade", "0036", "--json", expect=1).stderr
-    assert revision(db_url) == "0037"
-
-
-def revisions() -> list[str]:
-    """Every revision stark-pg ships, oldest first."""
-    return sorted(path.name[:4] for path in (migrations_dir() / "versions").glob("0*.py"))
+    done = subprocess.run([str(POSTGRES_BIN_PATH / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", url],
+                          input=text, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
 
 
 def revision(url: str) -> str:
@@ -146,21 +108,128 @@ def revision(url: str) -> str:
         return conn.execute("select version_num from stark_pg_alembic_version").fetchone()[0]
 
 
-def test_a_downgrade_that_fails_changes_nothing(cli, db_url):
-    """Below 0011 the role stark_agent goes, but the test template (another database of the server) has
-    objects granted to it: the server refuses, and the downgrades before it are rolled back too."""
-    before = snapshot(db_url)
-    done = cli("db", "downgrade", "0010", "--yes", expect=1)
-    assert "the downgrade to 0010 failed and changed nothing:" in done.stderr and "stark_agent" in done.stderr
-    assert "Traceback" not in done.stderr
-    assert revision(db_url) == json.loads(cli("db", "status", "--json").stdout)["head_revision"]
-    assert snapshot(db_url) == before
+def test_a_database_0_1_0_left_at_0040_upgrades_to_exactly_a_fresh_install(empty_db, db_url):
+    psql(empty_db, gzip.decompress(DUMP.read_bytes()).decode())
+    with psycopg.connect(empty_db) as conn:
+        assert functions.installed_checksum(conn) is None
+        old_functions = conn.execute("select count(*) from pg_proc where pronamespace = 'stark'::regnamespace").fetchone()
+    upgrade(empty_db)
+    assert revision(empty_db) == "0040"
+    assert differences(snapshot(db_url), snapshot(empty_db)) == []
+    with psycopg.connect(empty_db) as conn:
+        assert functions.is_current(conn)
+        assert conn.execute("select count(*) from pg_proc where pronamespace = 'stark'::regnamespace").fetchone() \
+            == old_functions                                   # the same functions, now this stark-pg's text
+        # the data is there and answers through the new functions, its pg_textsearch index included
+        assert conn.execute("select count(*) from stark.node n join stark.skb s using (skb_id) "
+                            "where s.name = 'tiny'").fetchone() == (5,)
+        assert conn.execute("select count(*) from stark.eval_result").fetchone() == (1,)
+        ranked = [r[0] for r in conn.execute("select node_id from stark.bm25('tiny', 'prostaglandin synthase two', 2, "
+                                             "engine => 'textsearch')")]
+        assert ranked[0] == 2
+        assert [r[0] for r in conn.execute("select node_id from stark.neighbors('tiny', 4)")] == [2, 5]
 
 
-def test_db_downgrade_refuses_a_database_a_newer_stark_pg_migrated(cli, db_url):
+def test_functions_are_installed_when_their_files_change_and_only_then(db_url, tmp_path, monkeypatch):
     with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute("update stark_pg_alembic_version set version_num = '9999'")
-    done = cli("db", "downgrade", "0036", "--yes", expect=1)
-    assert ("schema is revision 9999, newer than this stark-pg knows: downgrade it with the stark-pg that "
-            "created it") in done.stderr
-    assert revision(db_url) == "9999"
+        stamp = conn.execute("select installed_at from stark.sql_install").fetchone()
+        upgrade(db_url)
+        assert conn.execute("select installed_at from stark.sql_install").fetchone() == stamp   # nothing to do
+
+        # a copy of sql/ in which one function changes, one is gone and one is new
+        copy = tmp_path / "sql"
+        shutil.copytree(functions.sql_dir(), copy)
+        graph = copy / "functions" / "graph.sql"
+        text = graph.read_text()
+        assert "select skb_id from stark.skb where name = skb_name" in text
+        text = text.replace("select skb_id from stark.skb where name = skb_name",
+                            "select skb_id from stark.skb where name = skb_name and skb_id >= 0")
+        start = text.index("create or replace function stark.edge_both_ways(")
+        end = text.index("comment on function stark.edge_both_ways(int)")
+        end = text.index("';\n", end) + 2
+        text = text[:start] + text[end:] + ("\ncreate or replace function stark.answer_of_everything() returns int "
+                                            "language sql immutable as $$ select 42 $$;\n")
+        graph.write_text(text)
+        point_at(monkeypatch, copy)
+        assert not functions.is_current(conn)
+        upgrade(db_url)
+        assert functions.is_current(conn)
+        assert "skb_id >= 0" in conn.execute("select pg_get_functiondef('stark.skb_id(text)'::regprocedure)").fetchone()[0]
+        assert conn.execute("select to_regprocedure('stark.edge_both_ways(int)')").fetchone() == (None,)
+        assert conn.execute("select stark.answer_of_everything()").fetchone() == (42,)
+
+        # what create-or-replace cannot change (the result type) is installed too, from scratch
+        graph.write_text(graph.read_text().replace("returns int\nlanguage sql immutable as $$ select 42 $$",
+                                                   "returns bigint language sql immutable as $$ select 42 $$")
+                         .replace("returns int language sql immutable as $$ select 42 $$",
+                                  "returns bigint language sql immutable as $$ select 42 $$"))
+        point_at(monkeypatch, copy)
+        upgrade(db_url)
+        assert conn.execute("select pg_typeof(stark.answer_of_everything())::text").fetchone() == ("bigint",)
+        # the expression index over stark.focus_compact and the agent's grants came back with the functions
+        assert conn.execute("select to_regclass('stark.node_compact_name_idx')").fetchone()[0] is not None
+        assert conn.execute("select has_function_privilege('stark_agent', 'agent.bm25(text, int, text)', "
+                            "'execute')").fetchone() == (True,)
+
+
+def point_at(monkeypatch, sql: Path) -> None:
+    """Make the install read another copy of sql/ (its caches cleared)."""
+    monkeypatch.setattr(functions, "sql_dir", lambda: sql)
+    monkeypatch.setattr(functions, "sql_text", lambda relative: (sql / relative).read_text())
+    functions.function_files.cache_clear()
+    functions.shipped_checksum.cache_clear()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_caches():
+    yield
+    functions.function_files.cache_clear()
+    functions.shipped_checksum.cache_clear()
+
+
+def test_every_function_file_is_listed_in_order():
+    listed = [relative.split("/")[1] for relative in functions.function_files()]
+    assert sorted(listed) == sorted(p.name for p in (functions.sql_dir() / "functions").glob("*.sql"))
+    assert listed[0] == "graph.sql"
+
+
+def test_concurrent_upgrades_of_a_new_database_both_succeed(empty_db, db_url):
+    errors = []
+
+    def run():
+        try:
+            upgrade(empty_db)
+        except Exception as exc:  # noqa: BLE001 - the test reports whatever went wrong
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    assert errors == []
+    assert revision(empty_db) == "0040"
+    assert differences(snapshot(db_url), snapshot(empty_db)) == []
+
+
+@pytest.mark.parametrize(("stored", "error", "message"), [
+    ("0035", OlderSchema, "revision 0035, older than this stark-pg's baseline 0040: bring it to 0040 with "
+                          "stark-pg 0.1.0"),
+    ("9999", NewerSchema, "revision 9999, newer than this stark-pg knows (head "),
+])
+def test_a_database_older_than_the_baseline_or_newer_than_this_stark_pg_is_refused(db_url, stored, error, message):
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("update stark_pg_alembic_version set version_num = %s", (stored,))
+        conn.execute("delete from stark.sql_install")
+    with pytest.raises(error, match=message.replace("(", r"\(")):
+        upgrade(db_url)
+    assert revision(db_url) == stored
+
+
+def test_db_downgrade_has_nothing_below_the_baseline(cli, db_url):
+    status = json.loads(cli("db", "status", "--json").stdout)
+    assert status["head_revision"] == status["schema_revision"] == "0040" and status["functions"] == "current"
+    done = cli("db", "downgrade", "0039", "--yes", expect=1)
+    assert "no schema revision '0039': stark-pg's run from 0040 to 0040" in done.stderr
+    assert "schema revision 0040 already" in cli("db", "downgrade", "0040").stdout
+    assert json.loads(cli("db", "upgrade", "--json").stdout) == {"before": "0040", "after": "0040", "upgraded": False}

@@ -142,8 +142,8 @@ comment on function stark.vector_distance(text, text, int) is
 -- (hnsw.iterative_scan = relaxed_order), so a list smaller than the rows asked for still yields them.
 -- A DiskANN scan returns its candidates in the order of their compressed (binary-quantised) distances
 -- and re-scores only the first diskann.query_rescore (pgvectorscale's default: 50) with the full vectors:
--- that number, not the list size, bounds its recall (measured: 0.68 at 50, 0.88 at 200, 0.998 at 1000
--- rescored, whatever the list), so it is set to the same size as the list.
+-- that number, not the list size, bounds its recall (docs/benchmarks.md has the figures), so it is set
+-- to the same size as the list.
 -- Returns the settings to restore afterwards (stark.vector_search_restore).
 create or replace function stark.vector_search_settings(method text, at_least int) returns text[]
 language plpgsql as $$

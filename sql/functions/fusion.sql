@@ -33,9 +33,8 @@
 --     product of the two match weights over the entities they share): how much the candidate is an
 --     answer of them (each adds its weight divided by the square root of its number of answers), and
 --     the largest weight among those that have it. Questions of one template about entities with the
---     same neighbours share their answers, and MiniLM's nearest questions miss a third of such twins;
---     on held-out draws of train these two added 0.011 Hit@1 and 0.008 MRR (docs/fusion.md). Last,
---     for the same reason as knn_best.
+--     same neighbours share their answers, and MiniLM's nearest questions miss many such twins
+--     (docs/fusion.md). Last, for the same reason as knn_best.
 --   hop1_sum, hop1_second, hop1_count: over the distinct linked entities one hop from the candidate, the
 --     sum of their `linked` weights, the second largest weight (0 with fewer than two) and how many they
 --     are. hop1 keeps the best one only; a question that names two entities (a drug's target and its
@@ -134,8 +133,8 @@ comment on function stark.entity_twin_answers(int, bigint[], double precision[],
 create or replace function stark.fusion_pairs(skb_name text, model text default 'all-MiniLM-L6-v2')
 returns table (ord int, field text, scorer text)
 language sql stable as $$
-    -- stark.mfar_fields read once (it scans the SKB's fields, relations and chunk kinds: about 11 ms on
-    -- the slice, paid by every fusion search)
+    -- stark.mfar_fields read once (it scans the SKB's fields, relations and chunk kinds, which every
+    -- fusion search pays for)
     with fields as materialized (select f.field, f.lexical, f.dense, row_number() over () as n
                                  from stark.mfar_fields(skb_name, model) f)
     select (row_number() over (order by p.scorer desc, p.n))::int, p.field, p.scorer
@@ -180,8 +179,8 @@ returns table (node_id bigint, f double precision[])
 language sql stable as $$
     with skb as (select stark.require_skb(skb_name) as id),
     -- the SKB's pairs (stark.fusion_pairs), or the ones given: a stored model's, which search passes
-    -- (stark.fusion_pairs scans the SKB's chunks and edges, 14 ms a search on the slice and growing with
-    -- the SKB; the model was checked against it when it was read)
+    -- (stark.fusion_pairs scans the SKB's chunks and edges, a cost that grows with the SKB; the model
+    -- was checked against it when it was read)
     pairs as materialized (
         select * from stark.fusion_pairs(skb_name, model) where pair_fields is null
         union all

@@ -88,7 +88,7 @@ comment on function stark.edge_both_ways(int) is
 -- and whether its edges are all stored both ways (stark.edge_symmetry, sql/schema/0030_edge_symmetry.sql):
 -- built once per loaded version, since a loaded version's edges never change. Returns the summary's
 -- rows; `rebuild` recomputes a summary that exists. The symmetry check is one merge anti-join of the
--- edge partition's two indexes (4 s for STaRK-Prime's 8M edges).
+-- edge partition's two indexes.
 create or replace function stark.edge_type_link_build(skb_name text, rebuild boolean default false)
 returns bigint
 language plpgsql as $$

@@ -55,7 +55,7 @@ declare
     overfetch int;
     raw text;
 begin
-    -- the text built below grows with the square of `hops`: 2000 hops ran past a 5 s statement timeout
+    -- the text built below grows with the square of `hops`: a large `hops` runs past any timeout
     if hops is null or hops < 1 or hops > 6 then
         raise exception 'kar_neighbours hops must be between 1 and 6, not %', coalesce(hops::text, 'NULL')
             using errcode = 'invalid_parameter_value';

@@ -164,15 +164,14 @@ $$;
 -- tf part = tf / (tf + k1 (1 - b + b len / avgdl)) without Okapi's constant (k1 + 1), which changes no
 -- ranking. Scores every document of each given scope that holds at least one query term, in one pass:
 -- mFAR and learned fusion score a query against eleven fields or more, and one statement that reads the
--- query's terms once, each (scope, term) statistic by its key, then the postings, took 16-17 ms on
--- the slice where eleven calls of one scope each took 34-52 (p50 over 40 training questions, two runs
--- each; the scores agree to 5e-16). The term weights are materialised so that the planner probes
--- lex_term once per (scope, term), not once per posting.
+-- query's terms once, each (scope, term) statistic by its key, then the postings, costs far less than
+-- one call per scope with the same scores (docs/mfar.md). The term weights are materialised so that the
+-- planner probes lex_term once per (scope, term), not once per posting.
 -- Each document's terms are summed in one order (by term), whatever the plan: floating-point sums
 -- in another order differ in the last bit, enough to reorder names whose scores tie exactly (one
 -- query term each, the same length), so that learned fusion's linked entities would depend on the
--- plan (seen on the slice: the fifth of five tied names changed with the plan). The order costs
--- about 5 ms of those 16-17. Callers order and limit.
+-- plan (seen on the slice: the fifth of five tied names changed with the plan). The order costs a
+-- little of the pass. Callers order and limit.
 create or replace function stark.bm25_scores_scopes(skb int, target_scopes text[], query text,
                                                     k1 double precision default 1.2, b double precision default 0.75)
 returns table (scope text, node_id bigint, score double precision)
@@ -206,8 +205,8 @@ comment on function stark.bm25_scores(int, text, text, double precision, double 
 -- each query term's postings are probed for those nodes through the postings' primary key rather
 -- than read whole. For scoring a known candidate set (mFAR's union of shortlists) when the shortlist
 -- came from elsewhere (the pg_textsearch index): pg_textsearch can score a given row
--- (`body <@> to_bm25query(query, index)`), but it tokenises that row's text on every call, about
--- 30 times slower than these probes on whole documents (1,000 rows of the slice: 310 ms against 11 ms).
+-- (`body <@> to_bm25query(query, index)`), but it tokenises that row's text on every call, much
+-- slower than these probes on whole documents.
 create or replace function stark.bm25_rows(skb int, target_scope text, query text, node_ids bigint[],
                                            k1 double precision default 1.2, b double precision default 0.75)
 returns table (node_id bigint, score double precision)
@@ -323,7 +322,7 @@ comment on function stark.bm25_index_required(int, text) is
 -- scans are off for this function: pg_textsearch's planner hook hands over the scan's score only for
 -- a literal query text and an index scan (a small table's seq scan and sort gave 0 for every row).
 -- Writing `body <@> query` in the select list instead would score every returned row again,
--- tokenising its text (the slice's top 1,000: 151 ms against 2.6 ms, measured). A bound query text
+-- tokenising its text, far slower than reading the scan's score. A bound query text
 -- would also have to go through to_bm25query(text, index): `body <@> $1` cannot find its index.
 create or replace function stark.bm25_index_scan(skb int, target_scope text, query text, k int)
 returns table (node_id bigint, index_score double precision)

@@ -17,11 +17,13 @@ app = typer.Typer(help="The PostgreSQL database stark-pg uses: status, URL, psql
 def status(ctx: typer.Context, json_: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """Where the database is, its PostgreSQL and pgvector versions, the extensions stark-pg can use
     (vector required; pg_textsearch, vectorscale optional: on the server, installed here), schema
-    revision, loaded SKBs and the memory settings (the embedded server's come from one profile sized to
-    the machine; STARK_PG_MEMORY_MB sets its budget for new clusters)."""
+    revision, whether the SQL functions are this stark-pg's, loaded SKBs and the memory settings (the
+    embedded server's come from one profile sized to the machine; STARK_PG_MEMORY_MB sets its budget for
+    new clusters)."""
     from stark_pg.db import embedded
     from stark_pg.db.connection import redact_dsn, resolve_dsn
     from stark_pg.db.extensions import extensions
+    from stark_pg.db.functions import installed_checksum, shipped_checksum
     from stark_pg.db.migrate import current_revision, head_revision
     from stark_pg.db.profile import PROFILE_SETTINGS
     from stark_pg.resources import queries
@@ -35,12 +37,15 @@ def status(ctx: typer.Context, json_: bool = typer.Option(False, "--json", help=
         found = extensions(conn)
         skbs = all_skb_names(conn)
         memory = dict(queries().memory_settings(conn, names=list(PROFILE_SETTINGS)))
+        installed = installed_checksum(conn)
     info = {
         "embedded": ctx_.dsn is None, "url": redact_dsn(url),
         "pgdata": str(embedded.pgdata_dir()) if ctx_.dsn is None else None,
         "postgresql": server, "pgvector": vector,
         "extensions": {ext.name: ext.as_dict() for ext in found},
-        "schema_revision": current_revision(url), "head_revision": head_revision(), "skbs": skbs,
+        "schema_revision": current_revision(url), "head_revision": head_revision(),
+        "functions": "current" if installed == shipped_checksum() else ("other" if installed else "not installed"),
+        "functions_checksum": installed, "skbs": skbs,
         "memory": memory,
     }
     if json_:
@@ -109,16 +114,17 @@ def upgrade(ctx: typer.Context,
 
 @app.command()
 def downgrade(ctx: typer.Context,
-              revision: str = typer.Argument(..., help="The schema revision to go back to, e.g. 0035: the one the "
-                                                        "older stark-pg's `stark-pg db status` calls its newest."),
+              revision: str = typer.Argument(..., help="The schema revision to go back to: the one the older "
+                                                        "stark-pg's `stark-pg db status` calls its newest."),
               yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask: undo the migrations listed."),
               json_: bool = typer.Option(False, "--json", help="Print the revisions before and after and the "
                                                                "migrations undone as JSON (needs --yes).")) -> None:
     """Take the schema back to an older revision, before installing an older stark-pg. Lists the
     migrations newer than REVISION and, once confirmed, undoes them in one transaction (a failure changes
-    nothing). What they added goes, rows included: a table a newer migration created is dropped (below
-    0016 the stored fusion models, below 0005 the evaluation runs). This stark-pg upgrades the database
-    again the next time it connects: run the older one next."""
+    nothing). What they added goes, rows included: a table a newer migration created is dropped. The SQL
+    functions are left for the older stark-pg to install when it connects. Nothing goes below the
+    baseline, 0040. This stark-pg upgrades the database again the next time it connects: run the older
+    one next."""
     from stark_pg.db.connection import resolve_dsn
     from stark_pg.db.migrate import current_revision, downgrade as run_downgrade, downgrade_steps
 

@@ -1,10 +1,17 @@
-"""Bring a database to the newest stark-pg schema with alembic (`migrations/`).
+"""Bring a database to the newest stark-pg schema: alembic migrations for tables, then the functions.
 
-Migrations run on first use of every DSN and on `stark-pg db upgrade`; each migration executes
-SQL files from `sql/`, so the schema and the SQL API are readable as plain SQL. A migration that
-changes functions re-runs their file under `sql/functions/`; its downgrade runs
-`sql/downgrade/<the migration's file name>.sql`, which holds the text they had before, verbatim
-(copied there when the migration is written). `stark-pg db downgrade` runs the downgrades.
+Runs on first use of every DSN and on `stark-pg db upgrade`. Two kinds of SQL, each changed its own way:
+- tables, indexes, types, roles: numbered alembic migrations (`migrations/versions/`), each run once.
+  The first is a baseline (revision 0040) that creates what the 40 revisions before it left; a
+  migration executes SQL files from `sql/schema/`, so the schema is readable as plain SQL.
+- functions and views of the SQL API: `sql/functions/`, installed whole whenever its text differs from
+  what the database holds (stark_pg/db/functions.py). A function change is an edit to its file.
+
+A process holds an advisory lock while it migrates and installs, so commands started together on a new
+database wait for the first instead of racing it. A database a newer stark-pg migrated (a revision
+this one does not know) is refused in one line; so is one at a revision older than the baseline.
+`stark-pg db downgrade` undoes migrations newer than a revision (none yet past the baseline) and leaves
+the functions to the stark-pg that connects next.
 """
 
 from __future__ import annotations
@@ -75,15 +82,38 @@ class NewerSchema(DatabaseError):
     """The database was migrated by a newer stark-pg: this one does not know its revision."""
 
 
+class OlderSchema(DatabaseError):
+    """The database is at a revision of the migration chain the baseline replaced, older than it."""
+
+
 def upgrade(dsn: str, revision: str = "head") -> None:
-    current = current_revision(dsn)
+    """Migrate to `revision` (default the newest), then install the functions if they changed. Costs two
+    small queries when there is nothing to do."""
+    from stark_pg.db import functions
+
     scripts = _scripts()
     head = scripts.get_current_head()
-    if current == head and revision == "head":
-        return
-    if current is not None:
-        _require_known(scripts, current, f" (head {head}): upgrade stark-pg, or use a database it created")
-    command.upgrade(alembic_config(dsn), revision)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if revision == "head" and _revision(conn) == head and functions.is_current(conn):
+            return
+        conn.execute("select pg_advisory_lock(%s)", (functions.LOCK_KEY,))
+        try:
+            current = _revision(conn)               # again: another process may have migrated meanwhile
+            if current is not None:
+                _require_known(scripts, current, f" (head {head}): upgrade stark-pg, or use a database it created")
+            if current != head or revision != "head":
+                command.upgrade(alembic_config(dsn), revision)
+            functions.install(conn)
+        finally:
+            conn.execute("select pg_advisory_unlock(%s)", (functions.LOCK_KEY,))
+
+
+def _revision(conn: psycopg.Connection) -> str | None:
+    """The database's schema revision, read with the connection at hand (None: no stark-pg schema)."""
+    if conn.execute("select to_regclass(%s)", (f"public.{VERSION_TABLE}",)).fetchone()[0] is None:
+        return None
+    row = conn.execute(f"select version_num from public.{VERSION_TABLE}").fetchone()
+    return row[0] if row else None
 
 
 class BadRevision(DatabaseError):
@@ -114,11 +144,16 @@ def downgrade_steps(dsn: str, revision: str) -> list[tuple[str, str]]:
 def downgrade(dsn: str, revision: str) -> None:
     """Take the schema back to `revision` (see downgrade_steps), so that an older stark-pg can use the
     database. Every downgrade in between runs in one transaction: a failure leaves the schema as it was.
-    This stark-pg upgrades the database again the next time it connects, as any database behind its head."""
+    The stored functions' checksum is cleared, so the stark-pg that connects next installs its own. This
+    stark-pg upgrades the database again the next time it connects, as any database behind its head."""
+    from stark_pg.db import functions
+
     if not downgrade_steps(dsn, revision):
         return
     try:
         command.downgrade(alembic_config(dsn), revision)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            functions.forget(conn)
     except (RuntimeError, DBAPIError, psycopg.Error) as exc:
         # a downgrade that refuses (0035 while bagged fusion models are stored) or that the server
         # refuses (0011's role still used by another database): the transaction rolled back
@@ -128,10 +163,17 @@ def downgrade(dsn: str, revision: str) -> None:
 
 def _require_known(scripts: ScriptDirectory, current: str, advice: str) -> None:
     """Refuse a database a newer stark-pg migrated (alembic would raise "Can't locate revision" from deep
-    inside): say what happened, then `advice`, what to do."""
-    if not _known(scripts, current):
-        raise NewerSchema(f"the database's stark-pg schema is revision {current}, newer than this stark-pg knows"
-                          f"{advice}")
+    inside): say what happened, then `advice`, what to do. A revision of the chain the baseline replaced
+    (numbered below it) is older, not newer: it says how to bring it up."""
+    if _known(scripts, current):
+        return
+    first = _first_revision(scripts)
+    if current.isdigit() and first.isdigit() and int(current) < int(first):
+        raise OlderSchema(f"the database's stark-pg schema is revision {current}, older than this stark-pg's "
+                          f"baseline {first}: bring it to {first} with stark-pg 0.1.0 "
+                          "(`stark-pg db upgrade`), then use this one")
+    raise NewerSchema(f"the database's stark-pg schema is revision {current}, newer than this stark-pg knows"
+                      f"{advice}")
 
 
 def _first_revision(scripts: ScriptDirectory) -> str:
@@ -148,7 +190,7 @@ def _known(scripts: ScriptDirectory, revision: str) -> bool:
 
 
 def run_sql_file(relative: str) -> None:
-    """Execute one file from `sql/` inside the running migration, as psql would: verbatim, all statements.
+    """Execute one file from `sql/schema/` inside the running migration, as psql would: verbatim, all statements.
 
     The text goes straight to psycopg (no SQLAlchemy bind-parameter parsing), so `:=`, `%` and
     dollar-quoted function bodies reach PostgreSQL untouched.

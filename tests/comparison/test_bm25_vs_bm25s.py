@@ -10,7 +10,7 @@ import bm25s
 import numpy as np
 import pytest
 
-from conftest import IBD, field_scores
+from conftest import IBD
 from loaders.bundle import BundleSource
 from stark_pg.index.lexical import build_lexical
 from stark_pg.skb.store import load_skb
@@ -118,37 +118,6 @@ def test_documents_that_match_alike_tie_to_the_bit(conn, ibd):
         assert all(len(set(scores)) == 1 for scores in groups.values()), text
         tied_groups += sum(len(scores) > 1 for scores in groups.values())
     assert tied_groups > 100        # with 0039's sums, in the plan's order, 32 groups had two scores or more
-
-
-def test_migration_0040s_downgrade_gives_back_one_call_per_field_with_the_same_scores(conn, ibd, db_url):
-    """0040's downgrade (sql/downgrade/0040_bm25_one_pass.sql) restores 0039's functions: mFAR's field
-    scores through one stark.bm25_scores call per field, the one-pass function gone; the scores equal the
-    one pass's to the last bits (summed in another order), and the upgrade brings the one pass back."""
-    from alembic import command
-
-    from stark_pg.db.migrate import alembic_config, upgrade
-
-    fields = [r[0] for r in conn.execute("select field from stark.mfar_fields('stark-prime-ibd') "
-                                         "where lexical").fetchall()]
-    assert {"document", "name", "description"} <= set(fields)
-
-    def one_pass_exists():
-        return conn.execute("select count(*) from pg_proc where proname = 'bm25_scores_scopes'").fetchone()[0] == 1
-
-    # the same candidates scored (pool 0): names that tie at a shortlist's edge can fall either way in
-    # 0039, whose sums follow the plan's order
-    bodies = val_queries(conn, 5)[:5]          # the real questions, not the added stopword-only one
-    candidates = [sorted({n for n, _ in field_scores(conn, b, fields, None, pool=30)}) for b in bodies]
-    now = [field_scores(conn, b, fields, None, pool=0, include=c) for b, c in zip(bodies, candidates)]
-    assert all(now) and one_pass_exists()
-    command.downgrade(alembic_config(db_url), "0039")
-    assert not one_pass_exists()
-    for body, nodes, scores in zip(bodies, candidates, now):
-        before = field_scores(conn, body, fields, None, pool=0, include=nodes)
-        assert before.keys() == scores.keys() and before == pytest.approx(scores, rel=1e-12)
-    upgrade(db_url)
-    assert one_pass_exists()
-    assert [field_scores(conn, b, fields, None, pool=0, include=c) for b, c in zip(bodies, candidates)] == now
 
 
 def test_scores_stay_exact_after_nodes_are_added_changed_and_removed(conn, ibd):
