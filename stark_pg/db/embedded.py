@@ -8,6 +8,7 @@ PostgreSQL major version (stark-pg used PostgreSQL 16 before) is refused before 
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import logging
 import os
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +42,10 @@ _TUNING = {
 }
 
 
+SERVER_OS_USER = "pgserver"
+"""The OS user pgserver runs PostgreSQL as when stark-pg runs as root (PostgreSQL refuses root)."""
+
+
 @dataclass(frozen=True)
 class EmbeddedServer:
     pgdata: Path
@@ -52,13 +58,36 @@ def pgdata_dir() -> Path:
 
 
 def start() -> EmbeddedServer:
-    """Start (or reuse) the embedded server and return how to reach it."""
-    import pgserver
+    """Start (or reuse) the embedded server and return how to reach it.
 
+    Serialised across processes by a lock file in STARK_PG_HOME: commands started at once on a fresh
+    home would otherwise each run initdb's aftermath, read a half-written pid file, or be cut off by
+    the first start's restart that applies the settings."""
     pgdata = pgdata_dir()
     check_data_version(pgdata)
     # pgserver needs the parent directory to exist; the data directory it creates itself.
     pgdata.parent.mkdir(parents=True, exist_ok=True)
+    with _start_lock(pgdata.parent):
+        return _start(pgdata)
+
+
+@contextmanager
+def _start_lock(home: Path):
+    """An exclusive lock on STARK_PG_HOME/.start.lock for as long as a start takes (the kernel drops it
+    when a process dies, so a killed start blocks no one)."""
+    with open(home / ".start.lock", "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _start(pgdata: Path) -> EmbeddedServer:
+    import pgserver
+
+    if os.geteuid() == 0:
+        _open_parents_to_the_server_only()
     fresh = not (pgdata / "PG_VERSION").exists()
     if fresh:
         from stark_pg.db.profile import machine_profile
@@ -81,6 +110,24 @@ def start() -> EmbeddedServer:
     _make_private(pgdata, server.get_uri())
     _lock_socket_dir(pgdata, server.get_postmaster_info().socket_dir)
     return EmbeddedServer(pgdata=pgdata, uri=server.get_uri(), pid=server.get_pid())
+
+
+def _open_parents_to_the_server_only() -> None:
+    """Replace pgserver's way of letting its OS user reach the data directory (every folder above it made
+    readable and listable by everyone) with an ACL entry per folder for that user alone (traverse.py)."""
+    import pwd
+
+    import pgserver.postgres_server as postgres_server
+
+    from stark_pg.db.traverse import TraverseError, grant_traverse
+
+    def ensure_prefix_permissions(path: Path) -> None:
+        try:
+            grant_traverse(path, pwd.getpwnam(SERVER_OS_USER).pw_uid)
+        except TraverseError as exc:
+            raise EmbeddedServerError(str(exc.strerror)) from None
+
+    postgres_server.ensure_prefix_permissions = ensure_prefix_permissions
 
 
 _HBA = """# Written by stark-pg (stark_pg/db/embedded.py) at every start: only the OS user who runs stark-pg
@@ -349,7 +396,7 @@ def stop() -> bool:
     process = _postmaster(pgdata)
     if process is None:
         return False
-    system_user = "pgserver" if os.geteuid() == 0 else None     # whom pgserver runs the server as
+    system_user = SERVER_OS_USER if os.geteuid() == 0 else None     # whom pgserver runs the server as
     pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=system_user, timeout=120)
     try:
         process.wait(30)
