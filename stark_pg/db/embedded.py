@@ -26,7 +26,12 @@ from stark_pg.config import home_dir
 
 # pgserver warns on every start where XDG_RUNTIME_DIR is unset (containers, CI): noise for our users
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
-logging.getLogger("pgserver").setLevel(logging.WARNING)
+# ...and logs the server's whole log as an error when a start is slow (a crash's WAL replay) or fails:
+# start() says what happened in one line instead, naming the log
+logging.getLogger("pgserver").setLevel(logging.CRITICAL)
+
+LOG_ROTATE_BYTES = 10 << 20
+"""The server log (pgdata/log, the postmaster's output) is moved to log.1 at a start once it is larger."""
 
 # Settings applied once to a new cluster: bulk loads and index builds want more WAL than
 # PostgreSQL's defaults; memory comes from one profile sized to the machine (stark_pg/db/profile.py).
@@ -95,8 +100,13 @@ def _start(pgdata: Path) -> EmbeddedServer:
         machine_profile()           # a bad STARK_PG_MEMORY_MB stops here, before a cluster exists
     _check_pid_file(pgdata)
     _forget_stopped_handle(pgdata)
+    if _postmaster(pgdata) is None:
+        _rotate_log(pgdata / "log")
     try:
         server = pgserver.get_server(pgdata, cleanup_mode=None)
+    except subprocess.CalledProcessError:
+        raise EmbeddedServerError(f"PostgreSQL in {pgdata} did not start: {_last_error(pgdata / 'log')} "
+                                  f"(log: {pgdata / 'log'})") from None
     except subprocess.TimeoutExpired:
         # pg_ctl gave up after 10 s, typically while the server replays WAL after a crash
         _wait_until_ready(pgdata)
@@ -128,6 +138,28 @@ def _open_parents_to_the_server_only() -> None:
             raise EmbeddedServerError(str(exc.strerror)) from None
 
     postgres_server.ensure_prefix_permissions = ensure_prefix_permissions
+
+
+def _rotate_log(log: Path) -> None:
+    """Keep the server log bounded: past LOG_ROTATE_BYTES it becomes log.1 (replacing the one before) and
+    the server starts a new one. Only while no server runs: a running one writes to the open file."""
+    try:
+        if log.stat().st_size > LOG_ROTATE_BYTES:
+            log.replace(log.with_name("log.1"))
+    except FileNotFoundError:
+        pass
+
+
+def _last_error(log: Path) -> str:
+    """The server log's last FATAL or PANIC line (why a start failed), else its last line."""
+    try:
+        with open(log, "rb") as handle:
+            handle.seek(max(0, handle.seek(0, os.SEEK_END) - 65536))
+            lines = [line.strip() for line in handle.read().decode("utf-8", "replace").splitlines() if line.strip()]
+    except OSError:
+        return "no server log"
+    fatal = [line for line in lines if "FATAL:" in line or "PANIC:" in line]
+    return (fatal or lines or ["the server log is empty"])[-1]
 
 
 _HBA = """# Written by stark-pg (stark_pg/db/embedded.py) at every start: only the OS user who runs stark-pg
@@ -360,12 +392,15 @@ def _wait_until_ready(pgdata: Path, limit: float = 600.0) -> None:
           file=sys.stderr, flush=True)
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
-        info = PostmasterInfo.read_from_pgdata(pgdata)
+        try:
+            info = PostmasterInfo.read_from_pgdata(pgdata)
+        except (AssertionError, ValueError, IndexError):
+            info = None     # postmaster.pid is being written (it grows line by line as the server starts)
         if info is not None and info.is_running() and info.status == "ready":
             return
         if info is not None and not info.is_running():
             break
-        time.sleep(1.0)
+        time.sleep(0.5)
     raise EmbeddedServerError(f"PostgreSQL in {pgdata} did not become ready; see {pgdata / 'log'}")
 
 
