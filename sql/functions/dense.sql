@@ -207,8 +207,10 @@ declare
     ix record;
     saved text[];
 begin
-    if k is null then       -- it goes into the statement's text: NULL would leave `limit` without a number
-        raise exception 'vss k must not be NULL' using errcode = 'invalid_parameter_value';
+    perform stark.check_count('vss', 'k', k, 0, stark.k_max());
+    if query is null or vector_norm(query) = 0 then   -- every similarity would be NULL or NaN: k arbitrary nodes
+        raise exception 'vss query must be a vector of non-zero length, not %',
+            case when query is null then 'NULL' else 'the zero vector' end using errcode = 'invalid_parameter_value';
     end if;
     if exact or k > 1000 then
         return query execute format(
@@ -254,8 +256,13 @@ begin
     if top is null or top < 1 then
         raise exception 'multivss top must be at least 1, not %', coalesce(top::text, 'NULL');
     end if;
-    if k is null then       -- it goes into the statement's text: NULL would leave `limit` without a number
-        raise exception 'multivss k must not be NULL' using errcode = 'invalid_parameter_value';
+    perform stark.check_count('multivss', 'k', k, 0, stark.k_max());
+    if pool is not null then
+        perform stark.check_count('multivss', 'pool', pool, 1, stark.k_max());
+    end if;
+    if query is null or vector_norm(query) = 0 then
+        raise exception 'multivss query must be a vector of non-zero length, not %',
+            case when query is null then 'NULL' else 'the zero vector' end using errcode = 'invalid_parameter_value';
     end if;
     t := stark.dense_target(skb_name, model, query, true);
     if exact then

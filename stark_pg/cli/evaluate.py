@@ -50,10 +50,12 @@ def evaluate(
     from stark_pg.eval.session import choose_queries, guess_dataset, method_options, run_methods
     from stark_pg.options import OptionError
     from stark_pg.retrieve import UnknownMethod
+    from stark_pg.retrieve.results import check_k
     from stark_pg.skb.catalog import require_skb
 
     methods = [m.strip() for m in method.split(",") if m.strip()]
     try:
+        check_k(depth, "--depth")
         settings = method_options(methods, list(option or []) + ([f"mfar.mask={','.join(mask)}"] if mask else []))
     except (UnknownMethod, OptionError) as exc:
         fail(str(exc))
