@@ -41,10 +41,10 @@ results); plus rows or edge partitions left behind by an skb_id that no longer e
                on victim is "transient" when the same query answers now (BM25) or the node has
                out-edges in the new version too (2-hop); other empty walks are correct answers of the
                new graph.
-
 7. fresh:      on a new, empty STARK_PG_HOME of its own, three `load synthetic --name same` and five
                `db status --json` at once (the first start, its restart and the schema's install race):
                all exit 0, no traceback.
+
 Exit status 1 when an invariant fails: committed data lost or changed, leftovers of an aborted load,
 a re-run or concurrent load failing, the first command after a crash failing, errors or empty results
 for `other`, errors for `victim` during its own replace, a command on a fresh home failing. Transiently
