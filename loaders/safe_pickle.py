@@ -414,6 +414,22 @@ def load_tensor(path: Path, label: str | None = None):
         if found:
             raise LoadError(f"refuses to unpickle {found.group(1)}: torch.load(weights_only=True) admits only "
                             "tensors and plain containers", label) from None
-        raise LoadError(f"not a readable torch file ({str(exc).splitlines()[0]})", label) from None
+        raise LoadError(f"not a readable torch file ({_torch_reason(str(exc))})", label) from None
+    except EOFError:
+        raise LoadError("not a readable torch file (it ends too early: truncated?)", label) from None
     except Exception as exc:
-        raise LoadError(f"not a readable torch file ({type(exc).__name__}: {exc})", label) from None
+        raise LoadError(f"not a readable torch file ({type(exc).__name__}: {_torch_reason(str(exc))})",
+                        label) from None
+
+
+def _torch_reason(message: str) -> str:
+    """What is wrong with the file, out of torch's message: its own reason (after "WeightsUnpickler
+    error:"), or its first sentence. Never torch's advice to retry with `weights_only=False`: that
+    would run whatever code the file carries, and these files come from anywhere."""
+    found = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\n\s*\n|\Z)", message, re.S)
+    reason = " ".join((found.group(1) if found else message).split())
+    if not found:
+        reason = re.split(r"(?<=[.!])\s", reason, maxsplit=1)[0]
+    if "weights_only" in reason:
+        return "torch's restricted unpickler refused it"
+    return reason.rstrip(".") or "no reason given"

@@ -189,6 +189,9 @@ class SKB:
         from stark_pg.eval.session import choose_queries, method_options, run_methods
         from stark_pg.skb.catalog import require_skb
 
+        from stark_pg.retrieve.results import check_k
+
+        check_k(depth, "depth")
         names = [methods] if isinstance(methods, str) else list(methods)
         settings = method_options(names, values=options or {})
         conn = self.db.conn

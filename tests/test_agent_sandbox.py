@@ -206,3 +206,29 @@ def test_the_example_in_the_prompt_is_a_valid_program():
     example = text.split("Correct pieces to build from:\n")[1].split("  -- functions that return rows")[0]
     program = sandbox.validate(example)
     assert set(program.slots) == {"entity_1_node", "query_vector"} and program.uses_entities
+
+
+def _vm(pid: int, field: str) -> int:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise LookupError(field)
+
+
+def test_a_program_cannot_take_more_memory_than_the_bound(conn, monkeypatch):
+    """An accepted program that doubles strings under array_agg would grow its backend by gigabytes
+    inside the timeout; the backend's address space is bounded MEMORY_MB above where it started, the
+    program fails with a reason, and the next program runs."""
+    monkeypatch.setattr(sandbox, "MEMORY_MB", 128)
+    levels = [f"d{i} as (select s || s as s from d{i - 1})" for i in range(1, 21)]
+    hungry = (f"with d0 as (select name as s from agent.node), {', '.join(levels)} "
+              "select count(*), cardinality(array_agg(s)) from d20")     # every name 2**20 times over
+    sandbox.validate(hungry)                                   # the validator has no objection
+    agent = sandbox.agent_connection(conn)
+    assert sandbox.memory_bounded(agent)
+    pid = agent.info.backend_pid
+    start = sandbox._bounds[agent][0]
+    with pytest.raises(sandbox.ProgramFailed, match="more than 128 MB of memory"):
+        sandbox.run(conn, SKB, hungry, timeout_ms=60000)
+    assert _vm(pid, "VmPeak") <= start + 128 * 1024 * 1024
+    assert sandbox.run(conn, SKB, "select node_id, 1.0 from agent.node order by node_id", row_limit=3)

@@ -151,3 +151,34 @@ def test_a_load_on_a_server_defaulting_to_repeatable_read_still_loads(db_url):
             assert conn.execute("select count(*) from stark.edge e join stark.skb s using (skb_id) "
                                 "where s.name = 'snapshotted'").fetchone() == (summary.edges,)
     assert summary.edges > 0
+
+
+def test_a_slow_start_after_a_crash_is_one_line_and_a_large_log_is_rotated(embedded, monkeypatch, capfd):
+    """After a kill -9 the server replays its WAL; when that outlasts pgserver's 10 s, pgserver logged the
+    server's whole log (hundreds of lines, more after every crash): start() says one line and waits.
+    A log past LOG_ROTATE_BYTES is moved to log.1 at the start."""
+    import pgserver.postgres_server as postgres_server
+
+    server = embedded.start()
+    os.kill(server.pid, signal.SIGKILL)
+    psutil.Process(server.pid).wait(10) if psutil.pid_exists(server.pid) else None
+    log = embedded.pgdata_dir() / "log"
+    with open(log, "ab") as handle:
+        handle.write(b"an old server line\n" * (embedded.LOG_ROTATE_BYTES // 19 + 100))
+    real = postgres_server.pg_ctl
+
+    def impatient(args, **kwargs):         # pg_ctl gives up at once, as after 10 s of replay
+        if args[-1] == "start":
+            kwargs["timeout"] = 0.01
+        return real(args, **kwargs)
+
+    monkeypatch.setattr(postgres_server, "pg_ctl", impatient)
+    capfd.readouterr()
+    again = embedded.start()
+    printed = capfd.readouterr()
+    with psycopg.connect(again.uri) as conn:
+        assert conn.execute("select 1").fetchone() == (1,)
+    said = [line for line in (printed.out + printed.err).splitlines() if line.strip()]
+    assert len(said) == 1 and "recovering from an unclean shutdown" in said[0], said
+    assert (log.with_name("log.1")).stat().st_size > embedded.LOG_ROTATE_BYTES
+    assert log.stat().st_size < 1 << 20

@@ -145,3 +145,12 @@ def test_folds_partition_the_queries_whatever_their_order():
     assert fold_of(whole, 3) == {q.query_id: k for k, part in enumerate(insides) for q in part.queries}
     with pytest.raises(ValueError, match="at least 2 folds"):
         fold(whole, 2, 2)
+
+
+def test_a_k_or_depth_past_the_maximum_is_one_line(cli, indexed):
+    from stark_pg.retrieve.results import K_MAX
+
+    huge = cli("search", "stark-prime-ibd", "PPARG", "-m", "bm25", "-k", "1000000000", expect=1)
+    assert huge.stderr.strip() == f"error: -k 1000000000: the number of results must be at most {K_MAX}"
+    deep = cli("eval", "stark-prime-ibd", "-m", "bm25", "--depth", "1000000000", expect=1)
+    assert deep.stderr.strip() == f"error: --depth 1000000000: the number of results must be at most {K_MAX}"

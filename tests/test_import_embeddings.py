@@ -237,3 +237,31 @@ def test_cli_import_search_and_reload(conn, skb, cli, tmp_path):
     assert conn.execute("select count(*) from pg_indexes where indexname like %s", (index + "%",)).fetchone()[0] == 1
     again = json.loads(cli("search", skb, body, "-m", "vss", "-o", "model=stark-ada-002", "--json").stdout)
     assert again["trace"]["query_vector"] == "imported"
+
+
+def test_an_evaluation_whose_every_query_failed_exits_non_zero_with_the_first_error(conn, skb, tmp_path, cli):
+    """Zeros from a run in which nothing ran are not a result: the table has a failed column, the first
+    error is printed, and the command exits 1 (the run stays stored)."""
+    cand, qry, _, _ = stark_files(tmp_path, query_ids=[101])       # no vector for any val question
+    import_embeddings(conn, skb, cand, qry)
+    done = cli("eval", SKB, "-m", "vss", "-o", "model=stark-ada-002", "--split", "val", expect=1)
+    header = next(line for line in done.stdout.splitlines() if "hit@1" in line)
+    assert header.split("┃")[-2].strip() == "failed"
+    assert done.stdout.splitlines()[-2].split("│")[-2].strip() == "3"
+    assert "vss: 3 of 3 queries failed (scored 0); the first: MissingQueryVector" in " ".join(done.stderr.split())
+    assert done.stderr.strip().splitlines()[-1].startswith("error: every query of vss failed (run ")
+    as_json = cli("eval", SKB, "-m", "vss", "-o", "model=stark-ada-002", "--split", "val", "--json", expect=1)
+    summary = json.loads(as_json.stdout)["methods"]["vss"]
+    assert summary["failed"] == summary["queries"] == 3 and summary["first_error"].startswith("MissingQueryVector")
+    # one query with a vector: a partial failure is reported, and the command succeeds
+    partial = cli("eval", SKB, "-m", "vss", "-o", "model=stark-ada-002", "--split", "all")
+    assert "vss: 5 of 6 queries failed" in " ".join(partial.stderr.split())
+
+
+def test_an_unwritable_output_folder_is_refused_before_any_query_runs(conn, skb, tmp_path, cli):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    done = cli("eval", SKB, "-m", "bm25", "--split", "val", "--out", blocker / "report", expect=1)
+    assert done.stderr.startswith(f"error: --out {blocker / 'report'}: cannot make the folder")
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert conn.execute("select count(*) from stark.eval_run").fetchone()[0] == 0

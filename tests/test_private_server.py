@@ -67,3 +67,44 @@ def test_the_test_server_is_private_too(server_url):
         pytest.skip("an external server: its authentication is its owner's business")
     other = psql_as_nobody(server_url)
     assert other.returncode != 0
+
+
+def as_nobody(command: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["runuser", "-u", "nobody", "--", "sh", "-c", command], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_folders_above_the_home_stay_closed_to_other_os_users(tmp_path, monkeypatch):
+    """Run as root, the server runs as its own OS user, which must pass through the folders above its
+    data directory: it gets an ACL entry of its own there, and nobody else gains anything (pgserver's way
+    made every folder above it 0755, opening a 0700 folder's files to every local user)."""
+    from stark_pg.db import embedded
+
+    private = tmp_path / "P"
+    (private / "inner").mkdir(parents=True)
+    secret = private / "inner" / "notes.txt"
+    secret.write_text("private")
+    secret.chmod(0o644)
+    private.chmod(0o700)
+    (private / "inner").chmod(0o700)
+    tmp_path.chmod(0o700)
+    before = {folder: stat.S_IMODE(folder.stat().st_mode) for folder in (tmp_path, private, private / "inner")}
+    monkeypatch.setenv("STARK_PG_HOME", str(private / "inner" / "home"))
+    server = embedded.start()
+    try:
+        with psycopg.connect(server.uri) as mine:
+            assert mine.execute("select 1").fetchone() == (1,)
+        for folder, mode in before.items():
+            now = stat.S_IMODE(folder.stat().st_mode)
+            assert now & 0o007 == 0 and now & 0o740 == mode & 0o740, (folder, oct(mode), oct(now))
+        assert as_nobody(f"cat {secret}").returncode != 0
+        assert as_nobody(f"ls {private}").returncode != 0
+        assert as_nobody(f"ls {private / 'inner'}").returncode != 0
+        # the server's own OS user passes through (it has to), and may list nothing on the way
+        server_user = embedded.SERVER_OS_USER
+        passes = subprocess.run(["runuser", "-u", server_user, "--", "sh", "-c",
+                                 f"test -x {private} && test -x {private / 'inner'} && ls {private}"],
+                                capture_output=True, text=True, timeout=60)
+        assert passes.returncode != 0 and "Permission denied" in passes.stderr
+    finally:
+        embedded.stop()

@@ -307,6 +307,10 @@ vector_arrays = st.one_of(st.none(), st.lists(vectors, max_size=3))
 # delete_skb_rows, create_edge_partition, attach_edge_partition) and the composite-typed 4StepFocus internals
 FUNCTIONS = {
     "skb_id": (["text"], [names]),
+    "check_count": (["text", "text", "bigint", "bigint", "bigint"], [texts, texts, nodes, nodes, nodes]),
+    "check_number": (["text", "text", "float8", "float8", "float8"], [texts, texts, floats, floats, floats]),
+    "check_choice": (["text", "text", "text", "text[]"], [texts, texts, texts, st.one_of(st.none(), st.lists(texts, max_size=3))]),
+    "k_max": ([], []),
     "require_skb": (["text"], [names]),
     "require_scope": (["text", "text"], [names, scopes]),
     "edge_both_ways": (["int"], [skb_ids]),
@@ -405,13 +409,23 @@ def test_a_sql_function_returns_rows_or_raises_a_clean_error_and_writes_nothing(
                            "and pronamespace = 'stark'::regnamespace", (function,)).fetchone()[0]
     n = data.draw(st.integers(required, len(types)), label="arguments given")   # the rest take their defaults
     args = [data.draw(s, label=t) for t, s in zip(types[:n], strategies[:n])]
-    call_sql(api, function, types[:n], args)
+    call_sql(api, function, types[:n], args, checked=function in CHECKED)
 
 
-def call_sql(conn, function: str, types: list[str], args: list) -> list | None:
+CHECKED = {"bm25", "bm25_top", "vss", "multivss", "hybrid", "neighbors"}
+"""The searches of the SQL API that check their arguments as the CLI does (issue 49): a refusal is our own
+(invalid_parameter_value or RAISE) or the argument's own cast (a NaN vector, a bigint out of range), never
+an error from deep inside (UNCHECKED) or an allocation the server cannot make, and no row they return has
+a NULL or NaN score."""
+UNCHECKED = {"22012": "division by zero", "2201W": "negative LIMIT", "2201X": "negative OFFSET",
+             "22004": "NULL where a value is needed", "2202E": "array subscript"}
+
+
+def call_sql(conn, function: str, types: list[str], args: list, checked: bool = False) -> list | None:
     """Rows of `select * from stark.function(args)`, or None after a clean error: one of SQLSTATE class 22
     (data exception: bad value, out of range, division by zero, negative LIMIT) or P0001 (our RAISE
-    EXCEPTION). Anything else fails, among them XX000 (internal error), 42xxx (a generated statement that
+    EXCEPTION); with `checked`, only 22023 (invalid_parameter_value) or P0001, and scores are numbers.
+    Anything else fails, among them XX000 (internal error), 42xxx (a generated statement that
     does not parse or names what does not exist) and 57014 (the statement timeout: a runaway statement)."""
     call = pgsql.SQL("select * from stark.{}({})").format(
         pgsql.Identifier(function), pgsql.SQL(", ").join(pgsql.SQL("%s::" + t) for t in types))
@@ -419,12 +433,15 @@ def call_sql(conn, function: str, types: list[str], args: list) -> list | None:
         with conn.transaction():
             rows = conn.execute(call, args).fetchall()
             assert conn.execute("select txid_current_if_assigned()").fetchone()[0] is None, "the call wrote"
-        return rows
     except psycopg.Error as exc:
         shown = ", ".join(r if len(r := repr(a)) < 60 else r[:40] + "..." for a in args)
-        assert exc.sqlstate and (exc.sqlstate.startswith("22") or exc.sqlstate == "P0001"), \
-            f"stark.{function}({shown}): {exc.sqlstate} {type(exc).__name__}: {exc}"
+        clean = (exc.sqlstate.startswith("22") or exc.sqlstate == "P0001") and not (checked and exc.sqlstate in UNCHECKED)
+        assert exc.sqlstate and clean, f"stark.{function}({shown}): {exc.sqlstate} {type(exc).__name__}: {exc}"
         return None
+    if checked and rows and function != "neighbors":
+        scores = [row[1] for row in rows]
+        assert all(isinstance(x, float) and math.isfinite(x) for x in scores), f"stark.{function}{tuple(args)!r}: {scores[:5]}"
+    return rows
 
 
 FOUND = {    # minimal cases the property found, fixed in sql/functions (migration 0015): all were 42601 or 57014
@@ -436,6 +453,33 @@ FOUND = {    # minimal cases the property found, fixed in sql/functions (migrati
                           ["syn", VECTORS[0], None, None, None, None, None]),
     "kar_neighbours_sql 2000 hops": ("kar_neighbours_sql", ["int", "text", "int", "boolean"], [1, None, 2000, True]),
 }
+
+H = ["text", "text", "vector", "int", "text", "float8", "int", "int"]
+CHECKED_FOUND = {    # issue 49: each returned NULL or NaN scores, or failed deep inside; now our own refusal
+    "hybrid unknown fusion": ("hybrid", H[:5], ["syn", "drug", VECTORS[0], 10, "nope"], "hybrid fusion must be one of rrf, weighted"),
+    "hybrid weight 7": ("hybrid", H[:6], ["syn", "drug", VECTORS[0], 10, "rrf", 7.0], "hybrid weight must be a number from 0 to 1"),
+    "hybrid weight NaN": ("hybrid", H[:6], ["syn", "drug", VECTORS[0], 10, "rrf", math.nan], "hybrid weight must be"),
+    "hybrid rrf_k -60": ("hybrid", H, ["syn", "drug", VECTORS[0], 10, "rrf", 0.5, 100, -60], "hybrid rrf_k must be an integer from 1"),
+    "hybrid k -1": ("hybrid", H[:4], ["syn", "drug", VECTORS[0], -1], "hybrid k must be an integer from 0 to 100000, not -1"),
+    "vss NULL query": ("vss", ["text", "vector", "int"], ["syn", None, 3], "vss query must be a vector of non-zero length"),
+    "vss zero query": ("vss", ["text", "vector", "int"], ["syn", VECTORS[3], 3], "not the zero vector"),
+    "vss k -3": ("vss", ["text", "vector", "int"], ["syn", VECTORS[0], -3], "vss k must be an integer from 0 to 100000, not -3"),
+    "bm25 k 1e9": ("bm25", ["text", "text", "int"], ["syn", "drug", 1_000_000_000], "bm25 k must be an integer from 0 to 100000"),
+    "bm25 k1 NaN": ("bm25", ["text", "text", "int", "text", "float8"], ["syn", "drug", 10, None, math.nan], "bm25 k1 must be"),
+    "multivss pool 1e9": ("multivss", ["text", "vector", "int", "text", "text", "int", "int"],
+                          ["syn", VECTORS[0], 10, "all-MiniLM-L6-v2", "max", 3, 1_000_000_000], "multivss pool must be"),
+}
+
+
+@pytest.mark.parametrize("case", CHECKED_FOUND)
+def test_sql_searches_refuse_what_the_cli_refuses_naming_the_argument(api, case):
+    function, types, args, message = CHECKED_FOUND[case]
+    call = pgsql.SQL("select * from stark.{}({})").format(
+        pgsql.Identifier(function), pgsql.SQL(", ").join(pgsql.SQL("%s::" + t) for t in types))
+    with pytest.raises(psycopg.Error) as caught:
+        with api.transaction():
+            api.execute(call, args).fetchall()
+    assert caught.value.sqlstate == "22023" and message in str(caught.value), str(caught.value)
 
 
 @pytest.mark.parametrize("case", FOUND)

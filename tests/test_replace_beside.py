@@ -91,9 +91,11 @@ def test_a_replace_keeps_derived_data_and_refreshes_only_what_changed(conn):
     def left():
         return {r[0] for r in conn.execute("select relname from pg_class where relname like %s", (f"%\\_\\_skb{old_id}",))}
     # its edge partition and its pg_textsearch tables are emptied (MVCC: older snapshots still read
-    # their rows) and dropped by the next load
+    # their rows), and they and its indexes are dropped by the next load
     text_tables = {t for t in left() if t.startswith("lexbm25_")}
-    assert left() - text_tables == {f"edge__skb{old_id}"} and len(text_tables) == 3     # *, name, description
+    text_indexes = {t for t in left() if t.startswith("lexbm25i_")}
+    assert left() - text_tables - text_indexes == {f"edge__skb{old_id}", f"emb_doc_1_hnsw__skb{old_id}"}
+    assert len(text_tables) == len(text_indexes) == 3     # *, name, description
     for table in text_tables:
         assert conn.execute(f"select count(*) from stark.{table}").fetchone()[0] == 0
     assert conn.execute("select count(*) from stark.edge where skb_id = %s", (old_id,)).fetchone()[0] == 0
@@ -242,3 +244,108 @@ def test_the_sql_bm25_says_what_index_is_missing(conn):
     assert conn.execute("select count(*) from stark.bm25('bare', %s, field => 'name')", (name,)).fetchone()[0] > 0
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="no indexed field 'nope' \\(fields: .*name"):
         conn.execute("select * from stark.bm25('bare', 'anything', field => 'nope')")
+
+
+READS = {   # every SQL API read of per-SKB objects: the pg_textsearch index, the HNSW index, the edge partition
+    "bm25 textsearch": ("select node_id, score from stark.bm25('victim', 'drug target protein', 10, "
+                        "engine => 'textsearch')", ()),
+    "bm25 sql": ("select node_id, score from stark.bm25('victim', 'drug target protein', 10, engine => 'sql')", ()),
+    "bm25 name": ("select node_id, score from stark.bm25('victim', 'process', 10, field => 'name')", ()),
+    "vss": ("select node_id, score from stark.vss('victim', %s, 10)", ("vector",)),
+    "hybrid": ("select node_id, score from stark.hybrid('victim', 'drug target protein', %s, 10)", ("vector",)),
+    "neighbors": ("select node_id, hop from stark.neighbors('victim', %s, hops => 2)", ("node",)),
+    "document": ("select stark.document('victim', %s, true)", ("node",)),
+}
+
+
+def read_all(conn, vector, node: int, skip=()) -> dict:
+    values = {"vector": vector, "node": node}
+    return {name: conn.execute(statement, [values[a] for a in args]).fetchall()
+            for name, (statement, args) in READS.items() if name not in skip}
+
+
+def test_a_reader_of_the_old_version_finishes_on_it_and_a_new_reader_reads_the_new(db_url):
+    """A replace commits while a reader's snapshot still sees the old version (a repeatable-read
+    transaction: the longest any query can see it): the reader goes on reading the old version, with its
+    indexes, whatever the replace and the refresh after it dropped or built; a reader after the commit
+    reads the new version, before its refresh (BM25's engine auto then takes the exact SQL engine: the
+    new version's pg_textsearch index comes with the refresh) and after; none sees a missing index or table.
+    Before the fix the replace dropped the old version's pg_textsearch index in its transaction, and a
+    reader that had resolved the name got `index "stark.lexbm25i_..." does not exist`."""
+    with connect(db_url) as conn:
+        load_skb(conn, synthetic(200), "victim")
+        build_lexical(conn, "victim")
+        build_dense(conn, "victim", multi_vector=False)
+        vector = conn.execute("select stark.node_vector('victim', 5)").fetchone()[0]
+        node = conn.execute("select e.src from stark.edge e where e.skb_id = stark.skb_id('victim') group by e.src "
+                            "having count(*) between 2 and 8 order by e.src limit 1").fetchone()[0]
+    with connect(db_url) as reader, connect(db_url) as writer:
+        writer.execute("set lock_timeout = '20s'")     # the replace takes no lock the reader holds: no wait
+        reader.autocommit = False
+        reader.execute("set transaction isolation level repeatable read")
+        before = read_all(reader, vector, node)
+        assert all(before.values()), before
+        summary = load_skb(writer, synthetic(200, seed=6), "victim")     # other text, other edges
+        assert read_all(reader, vector, node) == before                      # the old version, whole
+        with connect(db_url) as fresh:         # after the commit, before the refresh: the SQL engine answers
+            new = read_all(fresh, vector, node, skip={"bm25 textsearch"})
+        assert new["neighbors"] != before["neighbors"]                 # the new edges
+        refresh_indexes(writer, "victim", carried_indexes(summary.carried))
+        assert read_all(reader, vector, node) == before
+        reader.rollback()
+        with connect(db_url) as fresh:
+            refreshed = read_all(fresh, vector, node)
+        assert refreshed["neighbors"] == new["neighbors"]
+        assert [n for n, _ in refreshed["bm25 textsearch"]] == [n for n, _ in refreshed["bm25 sql"]]
+        # the next load drops what the replace left for the old readers
+        load_skb(writer, synthetic(100, seed=9), "another")
+        old_id = summary.skb_id
+    with connect(db_url) as conn:
+        left = conn.execute("select relname from pg_class where relname ~ '__skb[0-9]+$' and "
+                            "substring(relname from '__skb([0-9]+)$')::int not in (select skb_id from stark.skb)"
+                            ).fetchall()
+        assert left == [], left
+        assert old_id in {r[0] for r in conn.execute("select skb_id from stark.skb")}
+
+
+def test_readers_looping_through_two_replaces_see_no_error(db_url):
+    """Readers calling every per-SKB read of the SQL API in a loop, each statement on its own snapshot,
+    while the SKB is replaced twice (and refreshed): every call answers (docs/loading.md's promise)."""
+    import threading
+
+    with connect(db_url) as conn:
+        load_skb(conn, synthetic(200), "victim")
+        build_lexical(conn, "victim")
+        build_dense(conn, "victim", multi_vector=False)
+        vector = conn.execute("select stark.node_vector('victim', 5)").fetchone()[0]
+        node = conn.execute("select e.src from stark.edge e where e.skb_id = stark.skb_id('victim') group by e.src "
+                            "having count(*) between 2 and 8 order by e.src limit 1").fetchone()[0]
+    stop = threading.Event()
+    calls, errors = [0], []
+
+    def read():
+        with connect(db_url) as reader:
+            while not stop.is_set():
+                for name, (statement, args) in READS.items():
+                    values = {"vector": vector, "node": node}
+                    try:
+                        reader.execute(statement, [values[a] for a in args]).fetchall()
+                    except psycopg.Error as exc:
+                        if name == "bm25 textsearch" and "has no pg_textsearch index" in str(exc):
+                            continue        # asked for an index the new version gets with its refresh
+                        errors.append(f"{name}: {exc}")
+                    calls[0] += 1
+
+    readers = [threading.Thread(target=read) for _ in range(3)]
+    for thread in readers:
+        thread.start()
+    try:
+        with connect(db_url) as writer:
+            for seed in (6, 7):
+                summary = load_skb(writer, synthetic(200, seed=seed), "victim")
+                refresh_indexes(writer, "victim", carried_indexes(summary.carried))
+    finally:
+        stop.set()
+        for thread in readers:
+            thread.join(60)
+    assert calls[0] > 50 and errors == [], (calls[0], errors[:3])

@@ -212,3 +212,36 @@ def test_a_large_plain_pickle_is_not_limited(tmp_path):
     path.write_bytes(pickle.dumps(value, protocol=2))
     loaded = load_pickle(path)
     assert loaded["array"].sum() == 5_000_000 and len(loaded["bytes"]) == 4 * MB and len(loaded["set"]) == 200_000
+
+
+def _truncated_zip(path: Path) -> None:
+    import torch
+
+    torch.save({1: torch.zeros(3)}, path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+CORRUPT_TENSOR_FILES = {
+    "random bytes": lambda path: path.write_bytes(bytes(range(7, 250)) * 2),
+    "not a zip": lambda path: path.write_bytes(b"PK\x03\x04garbage"),
+    "truncated zip": _truncated_zip,
+    "empty": lambda path: path.write_bytes(b""),
+}
+
+
+@pytest.mark.parametrize("make", CORRUPT_TENSOR_FILES.values(), ids=CORRUPT_TENSOR_FILES)
+def test_a_corrupt_tensor_file_is_one_line_that_never_advises_loading_untrusted_pickles(tmp_path, make):
+    """torch's own message for a file its restricted unpickler refuses says to retry with
+    weights_only=False, which would run whatever code the file carries: the error keeps torch's reason
+    and drops that advice."""
+    from loaders.safe_pickle import load_tensor
+
+    path = tmp_path / "candidate_emb_dict.pt"
+    make(path)
+    with pytest.raises(LoadError) as caught:
+        load_tensor(path)
+    message = str(caught.value)
+    assert message.startswith("candidate_emb_dict.pt: not a readable torch file (")
+    assert "\n" not in message
+    assert "weights_only" not in message and "trusted source" not in message

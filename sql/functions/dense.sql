@@ -108,17 +108,21 @@ comment on function stark.dense_target(text, text, vector, boolean) is
 -- what exists, not what was asked for.
 create or replace function stark.vector_index(tbl text, skb int, out method text, out storage text, out dim int)
 language sql stable as $$
-    select a.amname::text,
-           case when format_type(o.opcintype, null) = 'halfvec' then 'halfvec' else 'vector' end,
-           (select c.atttypmod from pg_attribute c where c.attrelid = x.indrelid and c.attname = 'vec')
-    from pg_class i
-    join pg_namespace n on n.oid = i.relnamespace and n.nspname = 'stark'
-    join pg_index x on x.indexrelid = i.oid
-    join pg_am a on a.oid = i.relam
-    join pg_opclass o on o.oid = x.indclass[0]
-    where i.relname in (tbl || '_hnsw__skb' || skb, tbl || '_diskann__skb' || skb)
-    order by i.relname
-    limit 1
+    -- one row always (NULLs without an index), so that `ix := stark.vector_index(...)` in PL/pgSQL gets a
+    -- record whose fields can be read: a version whose vectors were carried over by a replace has none
+    -- until its refresh builds it, and is searched exactly meanwhile
+    select found.* from (select 1) one left join lateral (
+        select a.amname::text,
+               case when format_type(o.opcintype, null) = 'halfvec' then 'halfvec' else 'vector' end,
+               (select c.atttypmod from pg_attribute c where c.attrelid = x.indrelid and c.attname = 'vec')
+        from pg_class i
+        join pg_namespace n on n.oid = i.relnamespace and n.nspname = 'stark'
+        join pg_index x on x.indexrelid = i.oid
+        join pg_am a on a.oid = i.relam
+        join pg_opclass o on o.oid = x.indclass[0]
+        where i.relname in (tbl || '_hnsw__skb' || skb, tbl || '_diskann__skb' || skb)
+        order by i.relname
+        limit 1) found on true
 $$;
 comment on function stark.vector_index(text, int) is
     'Internal: the HNSW or DiskANN index over one SKB''s vectors in a vector table (method, storage, dim), or NULLs.';
@@ -207,8 +211,10 @@ declare
     ix record;
     saved text[];
 begin
-    if k is null then       -- it goes into the statement's text: NULL would leave `limit` without a number
-        raise exception 'vss k must not be NULL' using errcode = 'invalid_parameter_value';
+    perform stark.check_count('vss', 'k', k, 0, stark.k_max());
+    if query is null or vector_norm(query) = 0 then   -- every similarity would be NULL or NaN: k arbitrary nodes
+        raise exception 'vss query must be a vector of non-zero length, not %',
+            case when query is null then 'NULL' else 'the zero vector' end using errcode = 'invalid_parameter_value';
     end if;
     if exact or k > 1000 then
         return query execute format(
@@ -254,8 +260,13 @@ begin
     if top is null or top < 1 then
         raise exception 'multivss top must be at least 1, not %', coalesce(top::text, 'NULL');
     end if;
-    if k is null then       -- it goes into the statement's text: NULL would leave `limit` without a number
-        raise exception 'multivss k must not be NULL' using errcode = 'invalid_parameter_value';
+    perform stark.check_count('multivss', 'k', k, 0, stark.k_max());
+    if pool is not null then
+        perform stark.check_count('multivss', 'pool', pool, 1, stark.k_max());
+    end if;
+    if query is null or vector_norm(query) = 0 then
+        raise exception 'multivss query must be a vector of non-zero length, not %',
+            case when query is null then 'NULL' else 'the zero vector' end using errcode = 'invalid_parameter_value';
     end if;
     t := stark.dense_target(skb_name, model, query, true);
     if exact then

@@ -22,6 +22,55 @@ end
 $$;
 comment on function stark.require_skb(text) is 'The numeric key of the SKB with this name; an error if there is none.';
 
+-- Argument checks shared by the SQL API, so that psql users and applications get the refusals the CLI
+-- gives (`-o` settings are checked against the same bounds in Python) instead of NULL or NaN scores, a
+-- division by zero deep inside a statement, or an allocation the server cannot make. Each names the
+-- function and the argument, and raises invalid_parameter_value (SQLSTATE 22023).
+create or replace function stark.check_count(fn text, arg text, value bigint, low bigint, high bigint) returns int
+language plpgsql immutable as $$
+begin
+    if value is null or value < low or value > high then
+        raise exception '% % must be an integer from % to %, not %', fn, arg, low, high, coalesce(value::text, 'NULL')
+            using errcode = 'invalid_parameter_value';
+    end if;
+    return value;
+end
+$$;
+comment on function stark.check_count(text, text, bigint, bigint, bigint) is
+    'An integer argument of function `fn` within [low, high], or an error naming both (NULL is refused).';
+
+create or replace function stark.check_number(fn text, arg text, value double precision, low double precision,
+                                              high double precision) returns double precision
+language plpgsql immutable as $$
+begin
+    if value is null or value = 'NaN'::float8 or value < low or value > high then
+        raise exception '% % must be a number from % to %, not %', fn, arg, low, high, coalesce(value::text, 'NULL')
+            using errcode = 'invalid_parameter_value';
+    end if;
+    return value;
+end
+$$;
+comment on function stark.check_number(text, text, double precision, double precision, double precision) is
+    'A finite number argument of function `fn` within [low, high], or an error naming both (NULL, NaN refused).';
+
+create or replace function stark.check_choice(fn text, arg text, value text, choices text[]) returns text
+language plpgsql immutable as $$
+begin
+    if value is null or not value = any(choices) then
+        raise exception '% % must be one of %, not %', fn, arg, array_to_string(choices, ', '),
+            coalesce(quote_literal(value), 'NULL') using errcode = 'invalid_parameter_value';
+    end if;
+    return value;
+end
+$$;
+comment on function stark.check_choice(text, text, text, text[]) is
+    'A text argument of function `fn` that must be one of `choices`, or an error naming both.';
+
+create or replace function stark.k_max() returns int
+language sql immutable as $$ select 100000 $$;
+comment on function stark.k_max() is
+    'The most results (k) and candidates (pool) a search of the SQL API returns or reads: stark_pg.retrieve.results.K_MAX.';
+
 create or replace function stark.neighbors(skb_name text, start_node bigint, rel text default null, hops int default 1)
 returns table (node_id bigint, type text, name text, hop int)
 language plpgsql stable as $$

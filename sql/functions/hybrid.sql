@@ -10,12 +10,18 @@ create or replace function stark.hybrid(skb_name text, query text, embedding vec
                                         model text default 'all-MiniLM-L6-v2')
 returns table (node_id bigint, score double precision)
 language sql stable as $$
-    with lex as (
+    with checked as materialized (     -- the arguments, refused before any work (see stark.check_count)
+        select stark.check_count('hybrid', 'k', k, 0, stark.k_max()) as k,
+               stark.check_choice('hybrid', 'fusion', fusion, array['rrf', 'weighted']) as fusion,
+               stark.check_number('hybrid', 'weight', weight, 0, 1) as weight,
+               stark.check_count('hybrid', 'pool', pool, 1, 10000) as pool,
+               stark.check_count('hybrid', 'rrf_k', rrf_k, 1, 1000000) as rrf_k),
+    lex as (
         select b.node_id, b.score, row_number() over (order by b.score desc, b.node_id) as r
-        from stark.bm25(skb_name, query, pool) b),
+        from checked c, stark.bm25(skb_name, query, c.pool) b),
     den as (
         select v.node_id, v.score, row_number() over (order by v.score desc, v.node_id) as r
-        from stark.vss(skb_name, embedding, pool, model) v),
+        from checked c, stark.vss(skb_name, embedding, c.pool, model) v),
     lexn as (
         select l.node_id, l.r, coalesce((l.score - min(l.score) over ())
                                         / nullif(max(l.score) over () - min(l.score) over (), 0), 1) as s
@@ -34,7 +40,7 @@ language sql stable as $$
         from lexn l full join denn d on d.node_id = l.node_id)
     select f.node_id, f.score from fused f
     order by f.score desc, f.node_id
-    limit k
+    limit (select c.k from checked c)
 $$;
 comment on function stark.hybrid(text, text, vector, int, text, double precision, int, int, text) is
     'BM25 and VSS of the named SKB fused by reciprocal rank (fusion => ''rrf'') or normalised scores (''weighted'').';

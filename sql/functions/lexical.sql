@@ -349,10 +349,9 @@ create or replace function stark.bm25_top(skb int, target_scope text, query text
 returns table (node_id bigint, score double precision)
 language plpgsql stable as $$
 begin
-    if k is null or k < 0 then
-        raise exception 'k must be a non-negative integer, not %', coalesce(k::text, 'NULL')
-            using errcode = 'invalid_parameter_value';
-    end if;
+    perform stark.check_count('bm25', 'k', k, 0, stark.k_max());
+    perform stark.check_number('bm25', 'k1', k1, 0, 1000);     -- beyond them BM25's arithmetic overflows to NaN
+    perform stark.check_number('bm25', 'b', b, 0, 1);
     if stark.bm25_engine(skb, target_scope, engine, k1, b) = 'sql' then
         return query select s.node_id, s.score from stark.bm25_scores(skb, target_scope, query, k1, b) s
                      order by s.score desc, s.node_id limit k;

@@ -32,10 +32,14 @@ begin
         execute format('delete from stark.%I where skb_id = $1', tbl.table_name) using target;
     end loop;
     delete from stark.skb where skb_id = target;
+    -- a replaced version's per-SKB indexes stay with its emptied tables: a search whose snapshot predates
+    -- the replace resolved its name to this skb_id and reads them by name (pg_textsearch's index, the
+    -- HNSW index's settings) after the commit; stark.drop_orphan_tables drops them with the tables
     for idx in
         select i.relname
         from pg_class i join pg_namespace ns on ns.oid = i.relnamespace
         where ns.nspname = 'stark' and i.relkind = 'i' and i.relname like '%\_\_skb' || target
+          and not keep_tables
     loop
         execute format('drop index if exists stark.%I', idx.relname);
     end loop;
@@ -55,8 +59,8 @@ $$;
 comment on function stark.delete_skb_rows(int, boolean) is
     'Deletes every row of one SKB (by skb_id) from every stark table, and its per-SKB indexes and tables. Prefer `stark-pg drop NAME`.';
 
--- Per-SKB tables (`..__skb<id>`) whose SKB no longer exists, but `keep` (the one a load has just
--- emptied: older snapshots may still read it): what replacing loads left behind, empty.
+-- Per-SKB tables and indexes (`..__skb<id>`) whose SKB no longer exists, but `keep` (the one a load has
+-- just emptied: older snapshots may still read it): what replacing loads left behind, empty.
 create or replace function stark.drop_orphan_tables(keep int default null) returns int
 language plpgsql as $$
 declare
@@ -73,11 +77,22 @@ begin
         execute format('drop table if exists stark.%I', tbl.table_name);
         dropped := dropped + 1;
     end loop;
+    -- and the per-SKB indexes over shared tables (HNSW, DiskANN over stark.emb_*) of such SKBs
+    for tbl in
+        select i.relname as index_name
+        from pg_class i join pg_namespace ns on ns.oid = i.relnamespace
+        where ns.nspname = 'stark' and i.relkind = 'i' and i.relname ~ '__skb[0-9]+$'
+          and substring(i.relname from '__skb([0-9]+)$')::int is distinct from keep
+          and not exists (select 1 from stark.skb s where s.skb_id = substring(i.relname from '__skb([0-9]+)$')::int)
+    loop
+        execute format('drop index if exists stark.%I', tbl.index_name);
+        dropped := dropped + 1;
+    end loop;
     return dropped;
 end
 $$;
 comment on function stark.drop_orphan_tables(int) is
-    'Drops the per-SKB tables (edge partitions, emptied) of SKBs that no longer exist, left by replacing loads.';
+    'Drops the per-SKB tables (edge partitions, emptied) and indexes of SKBs that no longer exist, left by replacing loads.';
 
 -- Replacing an SKB builds the new version beside the old one (a new skb_id), then hands over what
 -- was derived from the old one and is worth keeping, then deletes the old one, all in one transaction

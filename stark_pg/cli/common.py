@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import typer
 from rich.console import Console
@@ -43,3 +45,25 @@ def fail(message: str, code: int = 1):
     # soft_wrap: one line whatever the terminal width, so that scripts and logs see one line per error
     err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def writable_dir(path: Path, option: str) -> Path:
+    """`path` made (with its parents) and checked writable before a command starts its work, so that a
+    bad output folder is one line at once, not a traceback after an hour of evaluation."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        fail(f"{option} {path}: cannot make the folder ({exc.strerror or exc})")
+    if not os.access(path, os.W_OK | os.X_OK):
+        fail(f"{option} {path}: the folder is not writable")
+    return path
+
+
+def writable_file(path: Path, option: str) -> Path:
+    """The folder of an output file checked as `writable_dir` does, and the file itself not a folder."""
+    if path.is_dir():
+        fail(f"{option} {path}: is a folder, not a file")
+    writable_dir(path.parent if str(path.parent) else Path("."), option)
+    if path.exists() and not os.access(path, os.W_OK):
+        fail(f"{option} {path}: the file is not writable")
+    return path

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from stark_pg.cli.common import fail, out, print_json, reporter, state
+from stark_pg.cli.common import err, fail, out, print_json, reporter, state, writable_dir
 from stark_pg.retrieve.catalog import method_help
 
 SHOWN = ("hit@1", "hit@5", "recall@20", "mrr")
@@ -50,13 +50,17 @@ def evaluate(
     from stark_pg.eval.session import choose_queries, guess_dataset, method_options, run_methods
     from stark_pg.options import OptionError
     from stark_pg.retrieve import UnknownMethod
+    from stark_pg.retrieve.results import check_k
     from stark_pg.skb.catalog import require_skb
 
     methods = [m.strip() for m in method.split(",") if m.strip()]
     try:
+        check_k(depth, "--depth")
         settings = method_options(methods, list(option or []) + ([f"mfar.mask={','.join(mask)}"] if mask else []))
     except (UnknownMethod, OptionError) as exc:
         fail(str(exc))
+    if out_dir:
+        writable_dir(out_dir, "--out")
     progress = reporter(quiet or json_)
     with state(ctx).connect() as conn:
         skb_id = require_skb(conn, name)
@@ -71,6 +75,7 @@ def evaluate(
         print_json({"skb": name, "query_set": chosen.label,
                     "methods": {o.method: {"run_id": o.run_id, "options": o.options, **o.summary}
                                 for o in outcomes}})
+        _fail_when_nothing_ran(outcomes)
         return
     table = Table(title=f"{name}, {chosen.label}, {len(chosen.queries)} queries", title_justify="left")
     table.add_column("method")
@@ -79,20 +84,36 @@ def evaluate(
         table.add_column(m, justify="right")
     table.add_column("p50 ms", justify="right")
     table.add_column("p95 ms", justify="right")
+    table.add_column("failed", justify="right")
     with_llm = any("llm" in o.summary for o in outcomes)
     if with_llm:
         table.add_column("LLM s/q", justify="right")
         table.add_column("LLM calls (cached)", justify="right")
     for o in outcomes:
         row = [o.method, str(o.run_id), *(f"{o.summary['metrics'][m]:.3f}" for m in SHOWN),
-               f"{o.summary['latency_ms']['p50']:.1f}", f"{o.summary['latency_ms']['p95']:.1f}"]
+               f"{o.summary['latency_ms']['p50']:.1f}", f"{o.summary['latency_ms']['p95']:.1f}",
+               str(o.summary["failed"])]
         if with_llm:
             llm = o.summary.get("llm")
             row += [f"{llm['seconds_per_query']:.2f}", f"{llm['calls']} ({llm['cache_hits']})"] if llm else ["", ""]
         table.add_row(*row)
     out.print(table)
+    for o in outcomes:
+        if o.summary["failed"]:
+            err.print(f"{o.method}: {o.summary['failed']} of {o.summary['queries']} queries failed (scored 0); "
+                      f"the first: {o.summary['first_error']}", highlight=False, soft_wrap=True, markup=False)
     if report:
         out.print(f"report: {report.with_suffix('.html')} (and {report.name}, {report.with_suffix('.png').name})")
+    _fail_when_nothing_ran(outcomes)
+
+
+def _fail_when_nothing_ran(outcomes) -> None:
+    """A method all of whose queries failed measured nothing: its zeros are not a result, so the command
+    exits non-zero (the run and its errors stay stored, for `stark-pg compare` and the report)."""
+    broken = [o for o in outcomes if o.summary["queries"] and o.summary["failed"] == o.summary["queries"]]
+    if broken:
+        fail("; ".join(f"every query of {o.method} failed (run {o.run_id}): {o.summary['first_error']}"
+                       for o in broken))
 
 
 def score(

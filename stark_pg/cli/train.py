@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from stark_pg.cli.common import fail, out, print_json, reporter, state
+from stark_pg.cli.common import fail, out, print_json, reporter, state, writable_file
 from stark_pg.skb.records import LoadError
 
 app = typer.Typer(help="Train a retrieval method's parameters on an SKB's training queries.", no_args_is_help=True)
@@ -224,6 +224,8 @@ def agent(
     from stark_pg.llm import LLMError
     from stark_pg.train.agent import AgentSettings, train_agent
 
+    if plot:
+        writable_file(Path(plot), "--plot")
     settings = AgentSettings(iterations=iterations, batch=batch, holdout=holdout, min_queries=min_queries,
                              split=split, limit=limit, entities=entities, timeout_ms=timeout_ms, seed=seed, llm=llm,
                              base_url=base_url, cache=cache)

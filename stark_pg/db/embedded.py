@@ -8,6 +8,7 @@ PostgreSQL major version (stark-pg used PostgreSQL 16 before) is refused before 
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import logging
 import os
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +26,12 @@ from stark_pg.config import home_dir
 
 # pgserver warns on every start where XDG_RUNTIME_DIR is unset (containers, CI): noise for our users
 warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
-logging.getLogger("pgserver").setLevel(logging.WARNING)
+# ...and logs the server's whole log as an error when a start is slow (a crash's WAL replay) or fails:
+# start() says what happened in one line instead, naming the log
+logging.getLogger("pgserver").setLevel(logging.CRITICAL)
+
+LOG_ROTATE_BYTES = 10 << 20
+"""The server log (pgdata/log, the postmaster's output) is moved to log.1 at a start once it is larger."""
 
 # Settings applied once to a new cluster: bulk loads and index builds want more WAL than
 # PostgreSQL's defaults; memory comes from one profile sized to the machine (stark_pg/db/profile.py).
@@ -40,6 +47,10 @@ _TUNING = {
 }
 
 
+SERVER_OS_USER = "pgserver"
+"""The OS user pgserver runs PostgreSQL as when stark-pg runs as root (PostgreSQL refuses root)."""
+
+
 @dataclass(frozen=True)
 class EmbeddedServer:
     pgdata: Path
@@ -52,13 +63,36 @@ def pgdata_dir() -> Path:
 
 
 def start() -> EmbeddedServer:
-    """Start (or reuse) the embedded server and return how to reach it."""
-    import pgserver
+    """Start (or reuse) the embedded server and return how to reach it.
 
+    Serialised across processes by a lock file in STARK_PG_HOME: commands started at once on a fresh
+    home would otherwise each run initdb's aftermath, read a half-written pid file, or be cut off by
+    the first start's restart that applies the settings."""
     pgdata = pgdata_dir()
     check_data_version(pgdata)
     # pgserver needs the parent directory to exist; the data directory it creates itself.
     pgdata.parent.mkdir(parents=True, exist_ok=True)
+    with _start_lock(pgdata.parent):
+        return _start(pgdata)
+
+
+@contextmanager
+def _start_lock(home: Path):
+    """An exclusive lock on STARK_PG_HOME/.start.lock for as long as a start takes (the kernel drops it
+    when a process dies, so a killed start blocks no one)."""
+    with open(home / ".start.lock", "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _start(pgdata: Path) -> EmbeddedServer:
+    import pgserver
+
+    if os.geteuid() == 0:
+        _open_parents_to_the_server_only()
     fresh = not (pgdata / "PG_VERSION").exists()
     if fresh:
         from stark_pg.db.profile import machine_profile
@@ -66,8 +100,13 @@ def start() -> EmbeddedServer:
         machine_profile()           # a bad STARK_PG_MEMORY_MB stops here, before a cluster exists
     _check_pid_file(pgdata)
     _forget_stopped_handle(pgdata)
+    if _postmaster(pgdata) is None:
+        _rotate_log(pgdata / "log")
     try:
         server = pgserver.get_server(pgdata, cleanup_mode=None)
+    except subprocess.CalledProcessError:
+        raise EmbeddedServerError(f"PostgreSQL in {pgdata} did not start: {_last_error(pgdata / 'log')} "
+                                  f"(log: {pgdata / 'log'})") from None
     except subprocess.TimeoutExpired:
         # pg_ctl gave up after 10 s, typically while the server replays WAL after a crash
         _wait_until_ready(pgdata)
@@ -81,6 +120,46 @@ def start() -> EmbeddedServer:
     _make_private(pgdata, server.get_uri())
     _lock_socket_dir(pgdata, server.get_postmaster_info().socket_dir)
     return EmbeddedServer(pgdata=pgdata, uri=server.get_uri(), pid=server.get_pid())
+
+
+def _open_parents_to_the_server_only() -> None:
+    """Replace pgserver's way of letting its OS user reach the data directory (every folder above it made
+    readable and listable by everyone) with an ACL entry per folder for that user alone (traverse.py)."""
+    import pwd
+
+    import pgserver.postgres_server as postgres_server
+
+    from stark_pg.db.traverse import TraverseError, grant_traverse
+
+    def ensure_prefix_permissions(path: Path) -> None:
+        try:
+            grant_traverse(path, pwd.getpwnam(SERVER_OS_USER).pw_uid)
+        except TraverseError as exc:
+            raise EmbeddedServerError(str(exc.strerror)) from None
+
+    postgres_server.ensure_prefix_permissions = ensure_prefix_permissions
+
+
+def _rotate_log(log: Path) -> None:
+    """Keep the server log bounded: past LOG_ROTATE_BYTES it becomes log.1 (replacing the one before) and
+    the server starts a new one. Only while no server runs: a running one writes to the open file."""
+    try:
+        if log.stat().st_size > LOG_ROTATE_BYTES:
+            log.replace(log.with_name("log.1"))
+    except FileNotFoundError:
+        pass
+
+
+def _last_error(log: Path) -> str:
+    """The server log's last FATAL or PANIC line (why a start failed), else its last line."""
+    try:
+        with open(log, "rb") as handle:
+            handle.seek(max(0, handle.seek(0, os.SEEK_END) - 65536))
+            lines = [line.strip() for line in handle.read().decode("utf-8", "replace").splitlines() if line.strip()]
+    except OSError:
+        return "no server log"
+    fatal = [line for line in lines if "FATAL:" in line or "PANIC:" in line]
+    return (fatal or lines or ["the server log is empty"])[-1]
 
 
 _HBA = """# Written by stark-pg (stark_pg/db/embedded.py) at every start: only the OS user who runs stark-pg
@@ -313,12 +392,15 @@ def _wait_until_ready(pgdata: Path, limit: float = 600.0) -> None:
           file=sys.stderr, flush=True)
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
-        info = PostmasterInfo.read_from_pgdata(pgdata)
+        try:
+            info = PostmasterInfo.read_from_pgdata(pgdata)
+        except (AssertionError, ValueError, IndexError):
+            info = None     # postmaster.pid is being written (it grows line by line as the server starts)
         if info is not None and info.is_running() and info.status == "ready":
             return
         if info is not None and not info.is_running():
             break
-        time.sleep(1.0)
+        time.sleep(0.5)
     raise EmbeddedServerError(f"PostgreSQL in {pgdata} did not become ready; see {pgdata / 'log'}")
 
 
@@ -349,7 +431,7 @@ def stop() -> bool:
     process = _postmaster(pgdata)
     if process is None:
         return False
-    system_user = "pgserver" if os.geteuid() == 0 else None     # whom pgserver runs the server as
+    system_user = SERVER_OS_USER if os.geteuid() == 0 else None     # whom pgserver runs the server as
     pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=system_user, timeout=120)
     try:
         process.wait(30)

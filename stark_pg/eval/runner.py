@@ -81,18 +81,22 @@ def run_method(conn: psycopg.Connection, skb_id: int, skb_name: str, method: str
 
 
 def summarize_run(conn: psycopg.Connection, skb_id: int, run_id: int) -> dict:
-    """Mean of every metric, the query count, failures, and latency p50/p95 over a run's stored results;
+    """Mean of every metric, the query count, failures (and the first one's error, by query id), and
+    latency p50/p95 over a run's stored results;
     plus LLM totals (calls, cache hits, tokens, seconds, cost) when the method's traces carry them."""
     from stark_pg.llm.usage import run_llm_usage
 
     rows = list(sql().run_results(conn, skb_id=skb_id, run_id=run_id))
     per_query = [row[5] for row in rows]
     latencies = np.array([row[6] for row in rows]) if rows else np.zeros(1)
-    summary = {"queries": len(rows), "failed": sum(1 for row in rows if row[7]),
+    errors = [row[7] for row in rows if row[7]]
+    summary = {"queries": len(rows), "failed": len(errors),
                "metrics": metrics.mean_metrics(per_query),
                "latency_ms": {"p50": round(float(np.percentile(latencies, 50)), 3),
                               "p95": round(float(np.percentile(latencies, 95)), 3),
                               "mean": round(float(latencies.mean()), 3)}}
+    if errors:
+        summary["first_error"] = errors[0]
     llm = run_llm_usage(conn, skb_id, run_id)
     if llm:
         summary["llm"] = llm

@@ -30,7 +30,7 @@ class Options:
     rrf_k: int = 60
     model: str | None = None     # embedding model (default all-MiniLM-L6-v2)
     ef_search: int | None = None  # VSS's index candidate list (default max(pool, 100))
-    LIMITS = {"weight": (0.0, 1.0), "pool": (1, 10_000), "rrf_k": (0, 1_000_000), "ef_search": (1, 1000)}
+    LIMITS = {"weight": (0.0, 1.0), "pool": (1, 10_000), "rrf_k": (1, 1_000_000), "ef_search": (1, 1000)}
 
 
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:

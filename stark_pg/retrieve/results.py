@@ -44,11 +44,18 @@ def configure(method: str, pairs: list[str] | None = None, values: dict | None =
     return module, options
 
 
+K_MAX = 100_000
+"""The most results a search returns (the SQL API's stark.k_max()): a ranking deeper than that is no
+use to anyone, and an unbounded k only reaches an allocation the server cannot make."""
+
+
 def check_k(k: int, setting: str = "-k") -> int:
     from stark_pg.options import OptionError
 
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise OptionError(f"{setting} {k}: the number of results must be at least 1")
+    if k > K_MAX:
+        raise OptionError(f"{setting} {k}: the number of results must be at most {K_MAX}")
     return k
 
 

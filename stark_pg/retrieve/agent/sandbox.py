@@ -14,6 +14,15 @@ Two independent walls, so that a bug in one is caught by the other:
    role with SELECT on the toolkit's views and EXECUTE on its functions only: migration 0011),
    fetches at most `row_limit` rows through a cursor, and always rolls back, so that not even a
    setting survives the program.
+
+A program's memory is bounded too, not only its time: a few accepted built-ins (lpad, string_agg,
+array_agg) can grow a value by doubling, and a backend can take gigabytes well inside the timeout.
+Where the server runs on this machine (the embedded one, or any local server whose processes we may
+set limits on), the agent connection's backend gets an address-space limit (RLIMIT_AS) of its size
+when first used plus `MEMORY_MB`: past it PostgreSQL's allocations fail and the program ends with
+"out of memory", the backend and the server unharmed. Parallel workers (other processes) are turned
+off in the program's transaction so that the whole program runs under that limit. A remote server
+gets the timeout only (`memory_bounded` says which applies).
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -252,8 +262,14 @@ def _slot_type(name: str) -> str:
     return "vector" if name == "query_vector" else "bigint" if name.endswith("_node") else "text"
 
 
+MEMORY_MB = 512
+"""Memory a program may allocate in its backend beyond what the backend held when first used."""
+
 _connections: dict[tuple[str, int], psycopg.Connection] = {}
 _lock = threading.Lock()
+_bounds: "weakref.WeakKeyDictionary[psycopg.Connection, list]" = weakref.WeakKeyDictionary()
+"""Per agent connection: [its backend's address space (bytes) when first seen, or None where it cannot be
+bounded; the limit in force]."""
 
 
 def agent_connection(conn: psycopg.Connection) -> psycopg.Connection:
@@ -286,16 +302,21 @@ def run(conn: psycopg.Connection, skb: str, sql_text: str, *, timeout_ms: int = 
     node dropped after its first row. Runs as the agent role in a read-only transaction that is
     always rolled back. `ProgramFailed` says what went wrong."""
     agent = agent_connection(conn)
+    memory_bounded(agent)
     try:
         agent.execute("begin transaction isolation level repeatable read read only")
         agent.execute("select set_config('statement_timeout', %s, true), set_config('lock_timeout', %s, true), "
-                      "set_config('stark.agent_skb', %s, true)", (str(int(timeout_ms)), str(int(timeout_ms)), skb))
+                      "set_config('stark.agent_skb', %s, true), "
+                      "set_config('max_parallel_workers_per_gather', '0', true)",
+                      (str(int(timeout_ms)), str(int(timeout_ms)), skb))
         with agent.cursor(name="agent_program") as cursor:
             cursor.execute(sql_text)
             rows = cursor.fetchmany(row_limit)
             width = len(cursor.description or ())
     except psycopg.errors.QueryCanceled:
         raise ProgramFailed(f"the program ran longer than {timeout_ms} ms") from None
+    except psycopg.errors.OutOfMemory:
+        raise ProgramFailed(f"the program needed more than {MEMORY_MB} MB of memory") from None
     except psycopg.Error as exc:
         raise ProgramFailed(_first_line(str(exc))) from None
     finally:
@@ -315,3 +336,72 @@ def run(conn: psycopg.Connection, skb: str, sql_text: str, *, timeout_ms: int = 
             seen.add(node_id)
             hits.append((node_id, score))
     return hits
+
+
+def memory_bounded(agent: psycopg.Connection) -> bool:
+    """Give the agent connection's backend an address-space limit of MEMORY_MB above its size when first
+    seen; True when the limit is in force. Only a backend of this machine can be limited: it must be the
+    process /proc shows under the connection's pid, a postgres backend of the agent role on a local
+    socket or loopback (a remote server may have a local process of the same pid that is not it)."""
+    state = _bounds.get(agent)
+    if state is None:
+        state = _bounds[agent] = [_local_backend_size(agent, agent.info.backend_pid), None]
+    baseline, applied = state
+    if baseline is None:
+        return False
+    limit = baseline + MEMORY_MB * 1024 * 1024
+    if applied != limit:
+        if not _set_address_limit(agent.info.backend_pid, limit):
+            state[0] = None
+            return False
+        state[1] = limit
+    return True
+
+
+def _lower_address_limit(pid: int, limit: int) -> None:
+    """RLIMIT_AS of process `pid` down to `limit` (the soft limit; the hard one kept)."""
+    import resource
+
+    _, hard = resource.prlimit(pid, resource.RLIMIT_AS)
+    resource.prlimit(pid, resource.RLIMIT_AS, (limit if hard == resource.RLIM_INFINITY else min(limit, hard), hard))
+
+
+def _set_address_limit(pid: int, limit: int) -> bool:
+    """`_lower_address_limit`, here or, run as root without CAP_SYS_RESOURCE (as in containers), where
+    only a process of the backend's own OS user may set it, through util-linux's `prlimit` run as that
+    user (the soft limit only, as here)."""
+    import shutil
+    import subprocess
+
+    try:
+        _lower_address_limit(pid, limit)
+        return True
+    except PermissionError:
+        if os.geteuid() != 0 or shutil.which("prlimit") is None:
+            return False
+    except (OSError, ValueError):
+        return False
+    try:
+        done = subprocess.run([shutil.which("prlimit"), f"--pid={int(pid)}", f"--as={int(limit)}:"],
+                              user=os.stat(f"/proc/{pid}").st_uid, capture_output=True, timeout=30, cwd="/")
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
+def _local_backend_size(agent: psycopg.Connection, pid: int) -> int | None:
+    """The backend's address space in bytes (VmSize), if it is a local backend of the agent role."""
+    host = agent.info.host or ""
+    if not (host.startswith("/") or host in ("localhost", "127.0.0.1", "::1")):
+        return None
+    try:
+        command = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode("utf-8", "replace")
+        status = open(f"/proc/{pid}/status").read()
+    except OSError:
+        return None
+    if not command.startswith("postgres:") or f" {AGENT_ROLE} " not in f"{command} ":
+        return None
+    for line in status.splitlines():
+        if line.startswith("VmSize:"):
+            return int(line.split()[1]) * 1024
+    return None
