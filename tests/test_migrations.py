@@ -112,14 +112,11 @@ def test_a_database_0_1_0_left_at_0040_upgrades_to_exactly_a_fresh_install(empty
     psql(empty_db, gzip.decompress(DUMP.read_bytes()).decode())
     with psycopg.connect(empty_db) as conn:
         assert functions.installed_checksum(conn) is None
-        old_functions = conn.execute("select count(*) from pg_proc where pronamespace = 'stark'::regnamespace").fetchone()
     upgrade(empty_db)
     assert revision(empty_db) == "0040"
     assert differences(snapshot(db_url), snapshot(empty_db)) == []
     with psycopg.connect(empty_db) as conn:
         assert functions.is_current(conn)
-        assert conn.execute("select count(*) from pg_proc where pronamespace = 'stark'::regnamespace").fetchone() \
-            == old_functions                                   # the same functions, now this stark-pg's text
         # the data is there and answers through the new functions, its pg_textsearch index included
         assert conn.execute("select count(*) from stark.node n join stark.skb s using (skb_id) "
                             "where s.name = 'tiny'").fetchone() == (5,)
