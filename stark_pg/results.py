@@ -36,9 +36,10 @@ KINDS = {
 }
 ROW_KEYS = {"id", "command", "split", "kind", "date", "version", "metrics", "latency_ms", "llm_s_per_question",
             "source", "note", "shown"}
+ROW_TEXT = ("id", "command", "split", "kind", "date", "version", "source", "note")
 REQUIRED = ("id", "command", "split", "kind", "date", "version", "metrics")
-MARKER = re.compile(r"<!-- results (?P<skb>[\w.+-]+) (?P<table>[\w.+-]+):[^>]*-->\n(?P<body>.*?)<!-- end results -->",
-                    re.S)
+MARKER = re.compile(r"^<!-- results (?P<skb>[\w.+-]+) (?P<table>[\w.+-]+):[^>]*-->\n(?P<body>.*?)<!-- end results -->",
+                    re.S | re.M)
 PLACEHOLDER = re.compile(r"\{(?P<row>[\w.+=-]+):(?P<metric>[\w@]+)\}")
 
 
@@ -146,8 +147,8 @@ def load(path: Path | str) -> Results:
                     f"table {name!r}: a column is {{title, and one of text, metric, value}}")
             if column.get("value") not in (None, "p50", "p95", "llm_s_per_question"):
                 bad(column, f"table {name!r}: value {column['value']!r} is not one of p50, p95, llm_s_per_question")
-        if table.get("rows") is not None and not isinstance(table["rows"], list):
-            bad(table, f"table {name!r}: rows must list row ids")
+        if table.get("rows") is not None and table["rows"] != "all" and not isinstance(table["rows"], list):
+            bad(table, f"table {name!r}: rows must list row ids, or be all")
     raw_rows = data.get("results")
     if not isinstance(raw_rows, list) or not raw_rows:
         bad(data, "'results' must be a list of rows")
@@ -207,7 +208,7 @@ def load(path: Path | str) -> Results:
                         shown=shown, line=raw.line))
     results = Results(path=path, skb=skb, rows=rows, tables=tables)
     for name, table in tables.items():
-        for row_id in table.get("rows") or []:
+        for row_id in table.get("rows") if isinstance(table.get("rows"), list) else []:
             if str(row_id) not in seen:
                 bad(table, f"table {name!r} lists row {row_id!r}, which 'results' does not hold")
     for row in rows:                       # placeholders name rows and metrics that exist
@@ -246,17 +247,23 @@ def render_table(results: Results, name: str) -> str:
     columns = results.tables[name]["columns"]
     lines = ["| " + " | ".join(c["title"] for c in columns) + " |", "| " + " | ".join("---" for _ in columns) + " |"]
     order = results.tables[name].get("rows")
-    chosen = [results.row(r) for r in order] if order else [r for r in results.rows if name in r.shown]
+    if order == "all":
+        chosen = list(results.rows)
+    else:
+        chosen = [results.row(r) for r in order] if order else [r for r in results.rows if name in r.shown]
     for row in chosen:
-        if name not in row.shown:
+        if name not in row.shown and order != "all":
             raise ResultsError(f"{results.path}:{row.line}: row {row.id!r} is listed in table {name!r} "
                                "but has no cells there (shown)")
-        cells = row.shown[name] or {}
+        cells = row.shown.get(name) or {}
         bold = set(cells.get("bold") or [])
         out = []
         for column in columns:
             if "text" in column:
-                value = str(cells.get(column["text"], "") or "")
+                key = column["text"]
+                value = str(cells.get(key, "") or "")
+                if not value and key in ROW_TEXT:               # the row's own id, kind, date, ...
+                    value = f"`{getattr(row, key)}`" if key == "command" else str(getattr(row, key))
                 value = PLACEHOLDER.sub(lambda m: _figure(results, m["row"], m["metric"], row.line), value)
             elif "metric" in column:
                 metric = column["metric"]
@@ -291,7 +298,7 @@ def regenerate(text: str, where: str = "page", results_dir: Path = RESULTS_DIR) 
         head = match.group(0)[: match.start("body") - match.start()]
         return head + render_table(cache[skb], match["table"]) + "<!-- end results -->"
 
-    opened = text.count("<!-- results ")
+    opened = len(re.findall(r"^<!-- results ", text, flags=re.M))
     if opened != len(MARKER.findall(text)):
         raise ResultsError(f"{where}: a `<!-- results SKB TABLE: ... -->` marker has no `<!-- end results -->`")
     return MARKER.sub(replace, text)
