@@ -251,10 +251,7 @@ def render_table(results: Results, name: str) -> str:
         chosen = list(results.rows)
     else:
         chosen = [results.row(r) for r in order] if order else [r for r in results.rows if name in r.shown]
-    for row in chosen:
-        if name not in row.shown and order != "all":
-            raise ResultsError(f"{results.path}:{row.line}: row {row.id!r} is listed in table {name!r} "
-                               "but has no cells there (shown)")
+    for row in chosen:                     # a row listed in `rows` may have no cells of its own there
         cells = row.shown.get(name) or {}
         bold = set(cells.get("bold") or [])
         out = []
@@ -275,7 +272,7 @@ def render_table(results: Results, name: str) -> str:
             else:
                 key = column["value"]
                 number = row.latency_ms.get(key) if key in ("p50", "p95") else getattr(row, key, None)
-                value = "" if number is None else format(number, column.get("format", ".1f"))
+                value = "" if number is None else format(number, column.get("format", ".1f" if key == "llm_s_per_question" else "g"))
                 value += str(cells.get(f"{key}_after", "") or "")
             out.append(value)
         lines.append("|" + "".join(f" {cell} |" if cell else " |" for cell in out))
