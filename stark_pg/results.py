@@ -145,6 +145,8 @@ def load(path: Path | str) -> Results:
             if not isinstance(column, dict) or "title" not in column or len({"text", "metric", "value"} & set(column)) != 1:
                 bad(column if isinstance(column, dict) else table,
                     f"table {name!r}: a column is {{title, and one of text, metric, value}}")
+            if "row" in column and ("metric" not in column or "{id}" not in str(column["row"])):
+                bad(column, f"table {name!r}: a column's row names another row of a metric, like {{id}}-train")
             if column.get("value") not in (None, "p50", "p95", "llm_s_per_question"):
                 bad(column, f"table {name!r}: value {column['value']!r} is not one of p50, p95, llm_s_per_question")
         if table.get("rows") is not None and table["rows"] != "all" and not isinstance(table["rows"], list):
@@ -211,6 +213,15 @@ def load(path: Path | str) -> Results:
         for row_id in table.get("rows") if isinstance(table.get("rows"), list) else []:
             if str(row_id) not in seen:
                 bad(table, f"table {name!r} lists row {row_id!r}, which 'results' does not hold")
+    for name, table in tables.items():
+        listed = table.get("rows")
+        shown_rows = (rows if listed == "all" else [results.row(str(r)) for r in listed] if listed
+                      else [r for r in rows if name in r.shown])
+        for column in table["columns"]:
+            for row in shown_rows if "row" in column else []:
+                other = column["row"].format(id=row.id)
+                if other not in seen:
+                    bad(column, f"table {name!r}, column {column['title']!r}: row {row.id!r} needs a row {other!r}")
     for row in rows:                       # placeholders name rows and metrics that exist
         for cells in row.shown.values():
             for value in cells.values():
@@ -264,10 +275,12 @@ def render_table(results: Results, name: str) -> str:
                 value = PLACEHOLDER.sub(lambda m: _figure(results, m["row"], m["metric"], row.line), value)
             elif "metric" in column:
                 metric = column["metric"]
-                # a cell of its own (e.g. "see page") stands in for the figure
-                value = str(cells[metric]) if metric in cells else (
-                    f"{row.metrics[metric]:.3f}" if metric in row.metrics else "")
-                if metric in bold and value:
+                # the figure of another row ("row": "{id}-train": the same method on train), or a cell of
+                # the row's own (e.g. "see page") in place of the figure
+                source = results.row(column["row"].format(id=row.id)) if "row" in column else row
+                value = str(cells[metric]) if metric in cells and "row" not in column else (
+                    f"{source.metrics[metric]:.3f}" if metric in source.metrics else "")
+                if value and (column["title"] in bold or (metric in bold and "row" not in column)):
                     value = f"**{value}**"
             else:
                 key = column["value"]

@@ -20,7 +20,7 @@ FILES = sorted((ROOT / "results").glob("*.yaml"))
 def test_there_are_results_files_and_marked_tables():
     assert FILES, "no results/*.yaml"
     for page, table in [("README.md", "methods"), ("docs/kar.md", "expansion"), ("docs/fusion.md", "fusion"),
-                        ("docs/evaluation.md", "recorded")]:
+                        ("docs/evaluation.md", "recorded"), ("docs/search.md", "search")]:
         assert f"\n<!-- results stark-prime-ibd {table}:" in (ROOT / page).read_text(encoding="utf-8"), (page, table)
 
 
@@ -84,6 +84,7 @@ results:
     ("t: {label:", "u: {label:", 16, "shown in table 'u', which 'tables' does not define"),
     ("metrics: {hit@1: 0.5, mrr: 0.6}", "metrics: {hit@1: 0.5, mrr: [0.6}", 14, "not valid YAML"),
     ("skb: tiny", "skb: tinier", 1, "differs from the file's name"),
+    ("{title: MRR, metric: mrr}", "{title: MRR, metric: mrr, row: \"{id}-train\"}", 6, "row 'bm25' needs a row 'bm25-train'"),
 ])
 def test_a_malformed_results_file_is_one_error_naming_file_and_line(tmp_path, old, new, line, message):
     assert old in GOOD
