@@ -176,3 +176,51 @@ def test_reproduce_errors_are_one_line(tiny_db, cli, tmp_path):
     _record(path, 0.5, 0.5)
     missing = cli("reproduce", SKB, "vss", "--file", path, expect=1)
     assert "no row 'vss'" in missing.stderr
+
+
+def test_reproduce_reports_a_row_that_cannot_run_and_goes_on(tiny_db, cli, tmp_path):
+    """No vectors on this SKB: the vss row is not run, with the reason; the bm25 row still is."""
+    measured = json.loads(cli("eval", SKB, "-m", "bm25", "--split", "val", "--limit", "20", "--json").stdout)
+    figures = measured["methods"]["bm25"]["metrics"]
+    path = tmp_path / f"{SKB}.yaml"
+    _record(path, round(figures["hit@1"], 3), round(figures["mrr"], 3))
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace("results:\n", f"""results:
+  - id: vss
+    command: stark-pg eval {SKB} -m vss --split val --limit 20 --json
+    split: val
+    kind: exact
+    date: 2026-11-28
+    version: 0.1.0
+    metrics: {{hit@1: 0.5}}
+"""), encoding="utf-8")
+    done = cli("reproduce", SKB, "--file", path, "--json", expect=1)
+    report = json.loads(done.stdout)
+    assert [r["id"] for r in report["rows"]] == ["bm25"] and report["flagged"] == 0
+    assert [r["id"] for r in report["not_run"]] == ["vss"] and "stark-pg index" in report["not_run"][0]["error"]
+    assert "1 row(s) could not run: vss" in done.stderr
+
+
+IBD = ROOT.parent / "shared" / "data" / "stark-prime-ibd"
+
+
+@pytest.mark.slow
+def test_reproduce_confirms_the_recorded_bm25_rows_on_the_real_slice(db_url, cli):
+    """The figures of results/stark-prime-ibd.yaml are real: BM25's rows on val and train, re-run on the
+    slice loaded and indexed (BM25 only) as `stark-pg index` does, match to the default tolerance."""
+    if not IBD.is_dir():
+        pytest.skip("../shared/data/stark-prime-ibd is not here")
+    from loaders.bundle import BundleSource
+    from stark_pg.db import connect
+    from stark_pg.index.lexical import build_lexical
+    from stark_pg.skb.store import load_skb
+
+    with connect(db_url) as conn:
+        load_skb(conn, BundleSource(IBD))
+        build_lexical(conn, "stark-prime-ibd")
+    done = cli("reproduce", "stark-prime-ibd", "bm25", "bm25-train", "--file", ROOT / "results" / "stark-prime-ibd.yaml",
+               "--json", expect=None)
+    report = json.loads(done.stdout)
+    assert [r["id"] for r in report["rows"]] == ["bm25", "bm25-train"]
+    assert report["flagged"] == 0 and done.returncode == 0, done.stdout
+    assert report["rows"][0]["queries"] == 171 and report["rows"][1]["queries"] == 435

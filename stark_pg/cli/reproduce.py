@@ -44,7 +44,10 @@ def reproduce(
     Rows of kind `llm` and every timing are shown for information only: a new LLM call may answer
     differently, and latency depends on the machine's load.
 
-    Exit code 0 when nothing is flagged, 1 when a figure is (or on an error: bad results file, unknown SKB).
+    A row that cannot run here (its trained model or index missing, the LLM unreachable) is reported as
+    not run, with the reason, and the others go on. Exit code 0 when every row ran and nothing is
+    flagged; 1 when a figure is flagged, a row could not run, or on an error (a malformed results file,
+    an unknown SKB).
     """
     from stark_pg.results import ResultsError, load, path_for
 
@@ -66,8 +69,10 @@ def reproduce(
         for row in chosen:
             out.print(f"  {row.id} ({row.kind}): {row.command}", highlight=False, soft_wrap=True)
         return
+    from stark_pg.cli.app import expected_errors
+
     progress = reporter(quiet or json_)
-    compared = []
+    compared, not_run = [], []
     with state(ctx).connect() as conn:
         from stark_pg.skb.catalog import require_skb
 
@@ -75,16 +80,30 @@ def reproduce(
         for row in chosen:
             if not json_:
                 err.print(f"{row.id}: {row.command}", highlight=False, soft_wrap=True)
-            outcome = _run(conn, skb_id, name, row, path, progress)
+            try:
+                outcome = _run(conn, skb_id, name, row, path, progress)
+            except expected_errors() as exc:      # a missing model or index, an LLM not reachable: the next row
+                conn.rollback()
+                message = " ".join(str(exc).split()) or type(exc).__name__
+                not_run.append({"id": row.id, "command": row.command, "kind": row.kind, "error": message})
+                continue
             compared.append(compare(row, outcome, tolerance))
     flagged = sum(len(c["flagged"]) for c in compared)
     if json_:
-        print_json({"skb": name, "file": str(path), "tolerance": tolerance, "flagged": flagged, "rows": compared})
+        print_json({"skb": name, "file": str(path), "tolerance": tolerance, "flagged": flagged, "rows": compared,
+                    "not_run": not_run})
     else:
-        _print(compared, name, tolerance)
+        if compared:
+            _print(compared, name, tolerance)
+        for row in not_run:
+            out.print(f"not run: {row['id']}: {row['error']}", highlight=False, soft_wrap=True)
     if flagged:
         err.print(f"[bold red]{flagged} figure(s) differ from the record by more than {tolerance}[/]: "
                   + ", ".join(f"{c['id']} {m}" for c in compared for m in c["flagged"]), soft_wrap=True)
+    if not_run:
+        err.print(f"[bold red]{len(not_run)} row(s) could not run[/]: " + ", ".join(r["id"] for r in not_run),
+                  soft_wrap=True)
+    if flagged or not_run:
         raise typer.Exit(1)
 
 
