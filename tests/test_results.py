@@ -20,7 +20,8 @@ FILES = sorted((ROOT / "results").glob("*.yaml"))
 def test_there_are_results_files_and_marked_tables():
     assert FILES, "no results/*.yaml"
     for page, table in [("README.md", "methods"), ("docs/kar.md", "expansion"), ("docs/fusion.md", "fusion"),
-                        ("docs/evaluation.md", "recorded"), ("docs/search.md", "search")]:
+                        ("docs/evaluation.md", "recorded"), ("docs/search.md", "search"),
+                        ("docs/llm.md", "llm"), ("docs/dense-retriever.md", "dense")]:
         assert f"\n<!-- results stark-prime-ibd {table}:" in (ROOT / page).read_text(encoding="utf-8"), (page, table)
 
 
