@@ -14,7 +14,7 @@ import typer.main
 from stark_pg.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]   # docs/history/ too
 ENV = re.compile(r"^[A-Z_][A-Z0-9_]*=")
 
 

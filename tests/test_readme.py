@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]   # docs/history/ too
 
 
 def sql_examples(page: Path) -> list[str]:

@@ -12,6 +12,7 @@ from stark_pg.cli import db as db_commands
 from stark_pg.cli import evaluate as evaluate_commands
 from stark_pg.cli import llm_cache as llm_cache_commands
 from stark_pg.cli import methods as methods_commands
+from stark_pg.cli import reproduce as reproduce_commands
 from stark_pg.cli import retrieval as retrieval_commands
 from stark_pg.cli import skb as skb_commands
 from stark_pg.cli import train as train_commands
@@ -45,6 +46,7 @@ retrieval_commands.register(app)
 methods_commands.register(app)
 evaluate_commands.register(app)
 compare_commands.register(app)
+reproduce_commands.register(app)
 tune_commands.register(app)
 train_commands.register(app)
 app.add_typer(db_commands.app, name="db")
