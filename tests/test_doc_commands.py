@@ -58,6 +58,10 @@ def test_the_command_line_parses(page, line, args):
     # walk down the groups to the command, then let its own parser check the rest
     while hasattr(command, "commands") and rest and not rest[0].startswith("-"):
         sub = command.commands.get(rest[0])
+        default = getattr(command, "default_command", None)     # `stark-pg synthesize SKB` is `... make SKB`
+        if sub is None and default:
+            rest = [default, *rest]
+            sub = command.commands[default]
         assert sub is not None, f"{page}: `{line}`: no command {rest[0]!r} under {name!r}"
         command, name, rest = sub, f"{name} {rest[0]}", rest[1:]
     if hasattr(command, "commands"):

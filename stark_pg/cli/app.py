@@ -15,6 +15,7 @@ from stark_pg.cli import methods as methods_commands
 from stark_pg.cli import reproduce as reproduce_commands
 from stark_pg.cli import retrieval as retrieval_commands
 from stark_pg.cli import skb as skb_commands
+from stark_pg.cli import synthesize as synthesize_commands
 from stark_pg.cli import train as train_commands
 from stark_pg.cli import tune as tune_commands
 from stark_pg.cli.common import Context, fail
@@ -51,6 +52,7 @@ tune_commands.register(app)
 train_commands.register(app)
 app.add_typer(db_commands.app, name="db")
 app.add_typer(llm_cache_commands.app, name="llm-cache")
+app.add_typer(synthesize_commands.app, name="synthesize")
 
 
 def reflowed(text: str) -> str:

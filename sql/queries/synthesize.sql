@@ -1,0 +1,44 @@
+-- `stark-pg synthesize` (stark_pg/synthesize/): the SKB's vocabulary, a split's settings and questions.
+
+-- name: synth_relations(skb_id)
+select distinct relation from stark.edge where skb_id = :skb_id;
+
+-- name: synth_node_types(skb_id)
+select distinct type from stark.node where skb_id = :skb_id;
+
+-- name: synth_node_names(skb_id, node_ids)
+select node_id, name from stark.node where skb_id = :skb_id and node_id = any(:node_ids);
+
+-- name: synth_run_settings(skb_id, split)$
+select settings from stark.synth_run where skb_id = :skb_id and split = :split;
+
+-- name: synth_create_run(skb_id, split, settings)!
+insert into stark.synth_run (skb_id, split, settings) values (:skb_id, :split, cast(:settings as jsonb));
+
+-- name: synth_done(skb_id, split)
+select seq from stark.synth_question where skb_id = :skb_id and split = :split;
+
+-- name: synth_add_query(skb_id, query_id, split, body, answer_ids)!
+insert into stark.query (skb_id, query_id, split, body, answer_ids)
+values (:skb_id, :query_id, :split, :body, :answer_ids);
+
+-- name: synth_add_question(skb_id, split, seq, query_id, template, hops, anchors, anchor_names, candidates, answers, mode, gold, requirements, verdicts, model, prompt_version, calls, seconds)!
+insert into stark.synth_question (skb_id, split, seq, query_id, template, hops, anchors, anchor_names, candidates,
+                                  answers, mode, gold, requirements, verdicts, model, prompt_version, calls, seconds)
+values (:skb_id, :split, :seq, :query_id, :template, :hops, :anchors, :anchor_names, :candidates, :answers, :mode,
+        :gold, cast(:requirements as jsonb), cast(:verdicts as jsonb), :model, :prompt_version, :calls, :seconds);
+
+-- name: synth_questions(skb_id, split)
+-- A synthesized split's questions with their provenance, in plan order.
+select q.query_id, q.body, q.answer_ids, s.seq, s.template, s.hops, s.anchors, s.anchor_names, s.candidates,
+       s.mode, s.gold, s.requirements, s.verdicts, s.model, s.prompt_version, s.calls, s.seconds
+from stark.synth_question s join stark.query q on q.skb_id = s.skb_id and q.query_id = s.query_id
+where s.skb_id = :skb_id and s.split = :split
+order by s.seq;
+
+-- name: synth_split_queries(skb_id, split)
+-- Any split's questions (real or synthesized) with their template and hops where known.
+select q.query_id, q.body, q.answer_ids, s.template, s.hops
+from stark.query q left join stark.synth_question s on s.skb_id = q.skb_id and s.query_id = q.query_id
+where q.skb_id = :skb_id and q.split = :split
+order by q.query_id;
