@@ -16,8 +16,8 @@ from stark_pg.progress import NullReporter
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import MissingIndex, get_method
 from stark_pg.retrieve.fusion import template
-from stark_pg.train.fusion import MAX_LINK, FusionSettings, prepare_training_split, query_features, train_fusion
-from stark_pg.train.fusion_model import load, option, train_command
+from stark_pg.models.fusion import FusionSettings, load, option, query_features, train_command
+from stark_pg.train.fusion import MAX_LINK, prepare_training_split, train_fusion
 
 SKB = "syn-fusion"
 MODEL = "all-MiniLM-L6-v2"
@@ -391,7 +391,7 @@ def test_migration_0038_makes_the_trees_read_columns_and_its_downgrade_gives_bac
     from alembic import command
 
     from stark_pg.db.migrate import alembic_config, upgrade
-    from stark_pg.train.fusion_model import compile_sql
+    from stark_pg.models.fusion import compile_sql
 
     url, _ = trained
 
@@ -426,7 +426,7 @@ def test_migration_0039_lets_search_pass_the_models_pairs_and_its_downgrade_take
     from alembic import command
 
     from stark_pg.db.migrate import alembic_config, upgrade
-    from stark_pg.train.fusion_model import feature_pairs
+    from stark_pg.models.fusion import feature_pairs
 
     url, _ = trained
     body = "which genes interact with a drug"
@@ -522,8 +522,8 @@ def test_a_model_trained_before_the_last_features_still_ranks_and_a_changed_one_
     the command that retrains it."""
     import lightgbm
 
+    from stark_pg.models.fusion import FusionModel, compile_sql, save
     from stark_pg.train.fusion import ranked_by
-    from stark_pg.train.fusion_model import FusionModel, compile_sql, save
 
     url, _ = trained
     with connect(url) as conn:
@@ -598,7 +598,8 @@ def test_trained_dense_is_cross_fitted_and_equals_its_cosine(trained):
     by the mean of all fold models; the feature equals that cosine recomputed from the stored vectors."""
     from stark_pg.eval.query_sets import fold, fold_of, from_split
     from stark_pg.train.dense import FOLD_SEED, DenseSettings, train_dense
-    from stark_pg.train.fusion import check_fold_models, cross_fitted, fold_models, search_dense
+    from stark_pg.models.fusion import fold_models, search_dense
+    from stark_pg.train.fusion import check_fold_models, cross_fitted
 
     url, _ = trained
     with connect(url) as conn:

@@ -34,7 +34,7 @@ from stark_pg.eval.query_sets import HOLDOUT, EvalQuery, QuerySet, from_split, h
 from stark_pg.progress import NullReporter, Reporter
 from stark_pg.resources import queries as sql
 from stark_pg.skb.catalog import require_skb
-from stark_pg.train.mfar_model import MfarModel, Pair, save_model, skb_fields, variant_pairs
+from stark_pg.models.mfar import MfarModel, Pair, save_model, skb_fields, variant_pairs
 
 
 @dataclass

@@ -27,7 +27,7 @@ from stark_pg.eval import metrics
 from stark_pg.index.dense import find_model, statement
 from stark_pg.progress import NullReporter, Reporter
 from stark_pg.train.mfar import contrastive_loss, epoch_record, gate_arrays, ranking_metrics
-from stark_pg.train.mfar_model import Pair, gate_softmax
+from stark_pg.models.mfar import Pair, gate_softmax
 
 HARD_NEGATIVES = 31
 ENCODER_LR = 2e-5
