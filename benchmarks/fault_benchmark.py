@@ -46,8 +46,7 @@ Exit status 1 when an invariant fails: committed data lost or changed, leftovers
 a re-run or concurrent load failing, the first command after a crash failing, errors or empty results
 for `other`. Errors or transiently empty results on `victim` during its own replace, and a traceback
 from the load the crash interrupted, are reported as WARN (they should be 0) without failing the run.
-On a 2-core machine the default run takes about 5-6 minutes (most of it the dense build and the replace
-under 10 clients).
+Most of the default run's time goes to the dense build and the replace under 10 clients.
 Not a test.
 """
 

@@ -181,8 +181,8 @@ def save(conn: psycopg.Connection, skb_id: int, model: FusionModel) -> None:
 
 def load(conn: psycopg.Connection, skb_id: int, skb: str, name: str) -> FusionModel:
     """The stored model, read once per version of its row in this process: the row holds the bag's
-    texts and compiled SQL (about 0.9 MB for the default bag on the slice, 9-11 ms a search to fetch and
-    decode), and a search needs them unchanged. Its features are checked against those computed now
+    texts and compiled SQL (large: fetching and decoding them would cost every search a noticeable share
+    of its time), and a search needs them unchanged. Its features are checked against those computed now
     when it is read."""
     version = sql().fusion_model_version(conn, skb_id=skb_id, name=name)
     if version is None:

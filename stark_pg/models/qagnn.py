@@ -448,9 +448,8 @@ def graph_for_query(conn: psycopg.Connection, skb_id: int, query: str, query_vec
 @contextmanager
 def torch_threads(count: int = 1):
     """Torch's intra-op threads set to `count` for a block. The graphs are small (hundreds of nodes, a
-    few thousand edges), and on this shared 2-core machine two threads made a forward pass 40 times
-    slower than one (3.5 s against 80 ms, measured with other jobs running) and a training epoch 3 to
-    10 times slower."""
+    few thousand edges): splitting so little work between threads costs more in synchronisation than it
+    gains, and far more on a machine whose cores other jobs share, so search and training run one."""
     import torch
 
     before = torch.get_num_threads()

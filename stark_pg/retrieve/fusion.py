@@ -87,8 +87,8 @@ def generic_plan(conn: psycopg.Connection):
     (`plan_cache_mode = force_generic_plan`, SET LOCAL). The statement holds the compiled trees (100 a
     model, 3 models in a default bag) and, inlined, stark.fusion_features' whole query; by default the
     server plans all of it afresh for each question's values. Generic, and once psycopg has prepared the
-    statement (its fifth run on a connection), the plan is reused: on 30 val questions, SQL p50 97 ms
-    against 137 for a bag of three, 73 against 95 for one model (docs/fusion.md, "Latency")."""
+    statement (its fifth run on a connection), the plan is reused and that planning is saved on every
+    search after (docs/fusion.md, "Latency", has the figures)."""
     with local_setting(conn, "plan_cache_mode", "force_generic_plan"):
         yield
 

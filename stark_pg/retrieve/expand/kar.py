@@ -20,12 +20,11 @@ Relational Retrieval"), section 4, with the graph work in PostgreSQL:
    expansions is retrieved (stark_pg.retrieve.expand.retrieve).
 
 `anchors=retrieved` replaces steps 1-2: the anchors are the first retrieval's top `max_entities` nodes,
-and the LLM is called once. On the STaRK-Prime slice most entities a 1.5B model names have no node
-(12 of 81 on val[:40] matched one by name: the slice holds 3.4K of PrimeKG's 129K nodes), so their
-"neighbours" are those of a look-alike, while RAR and AGR, which show the LLM the first retrieval's
-documents, were the expansions that did best (docs/kar.md). This grounds KAR's relations in nodes the
-SKB does hold. It did not help there (train[:30]: MRR 0.292 against KAR's 0.317 and VSS's 0.388; the
-model's expansions still name other entities), so the paper's entity parsing stays the default.
+and the LLM is called once. On an SKB that holds a slice of its knowledge graph, most entities a small
+model names have no node, so their "neighbours" are those of a look-alike, while RAR and AGR, which
+show the LLM the first retrieval's documents, were the expansions that did best (docs/kar.md). This
+grounds KAR's relations in nodes the SKB does hold. It did not help there (the model's expansions
+still name other entities; docs/kar.md), so the paper's entity parsing stays the default.
 """
 
 from __future__ import annotations
