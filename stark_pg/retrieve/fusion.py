@@ -18,6 +18,7 @@ from psycopg import sql as pgsql
 
 from stark_pg.db.settings import local_setting
 from stark_pg.embed import encode_query
+from stark_pg.options import MethodOptions
 from stark_pg.resources import template_sections
 from stark_pg.retrieve import Hit, Ranking
 from stark_pg.skb.catalog import require_skb
@@ -31,7 +32,7 @@ NEEDS = ("training",)  # a model trained on the SKB's train split first
 
 
 @dataclass
-class Options:
+class Options(MethodOptions):
     name: str = "default"        # the trained model (`stark-pg train fusion SKB --name ...`)
     explain: bool = False        # per-result contributions of every feature in the trace
 

@@ -16,6 +16,7 @@ import numpy as np
 import psycopg
 
 from stark_pg.embed import encode_query
+from stark_pg.options import MethodOptions
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Hit, Ranking
 from stark_pg.skb.catalog import require_skb
@@ -29,7 +30,7 @@ NEEDS = ("training",)  # a model trained on the SKB's train split first
 
 
 @dataclass
-class Options:
+class Options(MethodOptions):
     name: str = "all"            # the trained model (by default models are named after their variant)
     mask: str | None = None      # comma-separated FIELD[:lexical|dense] whose weights are zeroed
     pool: int = 100              # shortlist size of each (field, scorer) pair

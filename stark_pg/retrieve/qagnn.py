@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import psycopg
 
 from stark_pg.embed import encode_query
-from stark_pg.options import OptionError
+from stark_pg.options import MethodOptions, OptionError
 from stark_pg.retrieve import Hit, Ranking, get_method
 from stark_pg.skb.catalog import require_skb
 from stark_pg.models.qagnn import graph_for_query, load_model, rerank, score_graph
@@ -27,11 +27,15 @@ NEEDS = ("training",)  # a model trained on the SKB's train split first (`stark-
 
 
 @dataclass
-class Options:
+class Options(MethodOptions):
     name: str = "default"            # the trained model (`stark-pg train qagnn SKB --name NAME`)
     first_stage: str | None = None   # vss | hybrid; default: the one the model was trained with
     candidates: int | None = None    # how many of the first stage's nodes are re-ranked; default: as trained
     LIMITS = {"candidates": (1, 10_000)}
+
+    def check(self) -> None:
+        if self.first_stage is not None and self.first_stage not in FIRST_STAGES:
+            raise OptionError(f"qagnn first_stage must be one of {', '.join(FIRST_STAGES)}, not {self.first_stage!r}")
 
 
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
@@ -39,8 +43,6 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
     skb_id = require_skb(conn, skb)
     model = load_model(conn, skb_id, skb, options.name)
     stage = options.first_stage or model.config["first_stage"]
-    if stage not in FIRST_STAGES:
-        raise OptionError(f"qagnn first_stage must be one of {', '.join(FIRST_STAGES)}, not {stage!r}")
     n = options.candidates or model.config["candidates"]
     started = time.perf_counter()
     ids, scores, stage_trace = first_stage(conn, skb, query, max(k, n), stage, model.embed_model)

@@ -19,7 +19,6 @@ Two independent walls, so that a bug in one is caught by the other:
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,6 +29,8 @@ import sqlglot
 from psycopg import conninfo
 from sqlglot import exp
 from sqlglot.errors import ParseError
+
+from stark_pg.config import ENV_AGENT_PASSWORD, env
 
 AGENT_ROLE = "stark_agent"
 TOOLKIT_SCHEMA = "agent"
@@ -264,8 +265,9 @@ def agent_connection(conn: psycopg.Connection) -> psycopg.Connection:
     params = conninfo.conninfo_to_dict(conn.info.dsn)
     params["user"] = AGENT_ROLE
     params.pop("password", None)
-    if os.environ.get("STARK_PG_AGENT_PASSWORD"):
-        params["password"] = os.environ["STARK_PG_AGENT_PASSWORD"]
+    password = env(ENV_AGENT_PASSWORD)
+    if password:
+        params["password"] = password
     dsn = conninfo.make_conninfo(**params)
     key = (dsn, threading.get_ident())
     with _lock:

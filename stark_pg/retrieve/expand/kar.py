@@ -36,10 +36,10 @@ import psycopg
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from stark_pg.embed import canonical_name, encode, encode_query
-from stark_pg.options import OptionError
+from stark_pg.options import LLMOptions, OptionError
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Ranking
-from stark_pg.retrieve.expand import (SYSTEM, Context, Document, LLMOptions, RetrieverOptions, ask_texts, clip,
+from stark_pg.retrieve.expand import (SYSTEM, Context, Document, RetrieverOptions, ask_texts, clip,
                                       documents, run)
 
 ENTITIES = """{structure}
@@ -128,20 +128,23 @@ class Options(LLMOptions, RetrieverOptions):
     last_hop: str = "exact"       # index: the last hop walks the HNSW index (approximate, faster at Prime's size)
     max_tokens: int = 400         # the expansion reply's limit (three documents as JSON objects need ~300)
 
+    def check(self) -> None:
+        super().check()
+        for name in ("hops", "top_k", "per_hop_cap", "n", "doc_chars", "budget", "match_pool"):
+            if getattr(self, name) <= 0:
+                raise OptionError(f"kar {name} must be positive, not {getattr(self, name)}")
+        if self.hops > 6:
+            raise OptionError(f"kar hops must be at most 6, not {self.hops}")
+        if self.last_hop not in LAST_HOPS:
+            raise OptionError(f"kar last_hop must be {' or '.join(LAST_HOPS)}, not {self.last_hop!r}")
+        if self.anchors not in ANCHORS:
+            raise OptionError(f"kar anchors must be {' or '.join(ANCHORS)}, not {self.anchors!r}")
+        if self.anchors == "retrieved" and self.max_entities <= 0:
+            raise OptionError(f"kar max_entities must be positive with anchors=retrieved, not {self.max_entities}")
+
 
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
     o = options or Options()
-    for name in ("hops", "top_k", "per_hop_cap", "n", "doc_chars", "budget", "match_pool"):
-        if getattr(o, name) <= 0:
-            raise OptionError(f"kar {name} must be positive, not {getattr(o, name)}")
-    if o.hops > 6:
-        raise OptionError(f"kar hops must be at most 6, not {o.hops}")
-    if o.last_hop not in LAST_HOPS:
-        raise OptionError(f"kar last_hop must be {' or '.join(LAST_HOPS)}, not {o.last_hop!r}")
-    if o.anchors not in ANCHORS:
-        raise OptionError(f"kar anchors must be {' or '.join(ANCHORS)}, not {o.anchors!r}")
-    if o.anchors == "retrieved" and o.max_entities <= 0:
-        raise OptionError(f"kar max_entities must be positive with anchors=retrieved, not {o.max_entities}")
 
     def expand(ctx: Context) -> list[str]:
         model = canonical_name(o.model)
