@@ -66,3 +66,11 @@ def test_good_settings_pass():
     for name in METHODS:
         options = get_method(name).Options()
         assert dataclasses.asdict(options) == dataclasses.asdict(get_method(name).Options(**dataclasses.asdict(options)))
+
+
+def test_stark_pg_methods_shows_the_declared_limits_and_choices():
+    from stark_pg.retrieve.catalog import describe_method
+
+    settings = {s.name: s.to_dict() for s in describe_method("bm25").settings}
+    assert settings["b"]["limits"] == [0.0, 1.0] and settings["engine"]["choices"] == ["auto", "textsearch", "sql"]
+    assert "limits" not in settings["field"] and "choices" not in settings["field"]
