@@ -52,9 +52,6 @@ KNOWN_CYCLES = [
     # profile import the error back. migrate.py is being replaced (the migrations rework): move the error to
     # a module of its own then.
     ["stark_pg.db.connection", "stark_pg.db.embedded", "stark_pg.db.migrate", "stark_pg.db.profile"],
-    # mfar_encoder reuses mfar.py's loss and epoch records, and mfar.py calls the encoder's fine-tuning
-    # lazily: the shared training pieces belong in a module of their own.
-    ["stark_pg.train.mfar", "stark_pg.train.mfar_encoder"],
 ]
 """Cycles inside one package that predate the check; a new one fails it, and so does fixing one of these
 (take it off the list)."""
