@@ -50,8 +50,7 @@ a re-run or concurrent load failing, the first command after a crash failing, er
 for `other`, errors for `victim` during its own replace, a command on a fresh home failing. Transiently
 empty results on `victim`, and a traceback from the load the crash interrupted, are reported as WARN
 (they should be 0) without failing the run.
-On a 2-core machine the default run takes about 5-6 minutes (most of it the dense build and the replace
-under 10 clients).
+Most of the default run's time goes to the dense build and the replace under 10 clients.
 Not a test.
 """
 

@@ -26,8 +26,8 @@ from stark_pg.eval import metrics
 from stark_pg.eval.query_sets import from_split
 from stark_pg.resources import queries as sql
 from stark_pg.skb.catalog import require_skb
-from stark_pg.train.fusion import FusionSettings, lightgbm_params, prepare_training_split, query_features, ranked_by
-from stark_pg.train.fusion_model import bag_predict, chosen_trees, fit_bag
+from stark_pg.models.fusion import FusionSettings, bag_predict, chosen_trees, fit_bag, query_features
+from stark_pg.train.fusion import lightgbm_params, prepare_training_split, ranked_by
 
 GROUPS = {
     "lexical (BM25 per field)": lambda n: n.endswith("|lexical") or n.endswith("|lexical|norm"),

@@ -43,10 +43,10 @@ from stark_pg.eval import metrics  # noqa: E402
 from stark_pg.eval.query_sets import from_split  # noqa: E402
 from stark_pg.resources import queries as sql  # noqa: E402
 from stark_pg.skb.catalog import require_skb  # noqa: E402
+from stark_pg.models.fusion import FusionSettings, bag_predict, fit_bag, query_features  # noqa: E402
 from stark_pg.train.extra_queries import read_extra_training_queries  # noqa: E402
-from stark_pg.train.fusion import (FusionSettings, check_fold_models, cross_fitted, hold_out,  # noqa: E402
-                                   lightgbm_params, prepare_training_split, query_features, ranked_by)
-from stark_pg.train.fusion_model import bag_predict, fit_bag  # noqa: E402
+from stark_pg.train.fusion import (check_fold_models, cross_fitted, hold_out, lightgbm_params,  # noqa: E402
+                                   prepare_training_split, ranked_by)
 
 
 def held_ids(conn, skb_id: int, seed: int, share: float) -> set[int]:

@@ -29,8 +29,7 @@ from stark_pg.embed import encode_query  # noqa: E402
 from stark_pg.eval.query_sets import from_split  # noqa: E402
 from stark_pg.retrieve.fusion import generic_plan, rank_params, template  # noqa: E402
 from stark_pg.skb.catalog import require_skb  # noqa: E402
-from stark_pg.train.fusion import FusionSettings, query_features  # noqa: E402
-from stark_pg.train.fusion_model import bag_predict, load  # noqa: E402
+from stark_pg.models.fusion import FusionSettings, bag_predict, load, query_features  # noqa: E402
 
 
 def timed(run) -> float:

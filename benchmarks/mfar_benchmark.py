@@ -73,7 +73,7 @@ def fill_random_chunks(conn, skb_id: int, model: str) -> None:
 
 def random_vectors_run(conn, skb: str, skb_id: int, texts: list[str], pool: int, k: int, engines: list[str]) -> dict:
     from stark_pg.index.lexical import build_lexical, relation_scopes
-    from stark_pg.train.mfar_model import skb_fields, variant_pairs
+    from stark_pg.models.mfar import skb_fields, variant_pairs
 
     model = fill_random_vectors(conn, skb_id, 384)
     fill_random_chunks(conn, skb_id, model)

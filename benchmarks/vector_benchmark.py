@@ -141,7 +141,8 @@ def sweep(conn, skb: str, model: str, queries, truth, k: int, efs: list[int]) ->
 
 def doc_matrix(conn, tables: ModelTables, skb_id: int) -> tuple[np.ndarray, np.ndarray]:
     """Ids and vectors of an SKB as numpy arrays, filled row by row from a server-side cursor: a list of
-    Python float lists first took 11 GB at 1M vectors (the process was killed), the arrays take 1.5 GB."""
+    Python float lists (an object per number) needs several times the memory of the arrays, more than a
+    million vectors' worth fits in."""
     table = pgsql.Identifier("stark", tables.doc_table)
     n = conn.execute(pgsql.SQL("select count(*) from {} where skb_id = %s").format(table), (skb_id,)).fetchone()[0]
     ids, matrix = np.empty(n, dtype=np.int64), np.empty((n, tables.dim), dtype=np.float32)
@@ -183,7 +184,7 @@ def build_and_sweep(conn, tables: ModelTables, skb_ids: list[int], skb: str, que
                     kinds: list[str], vectorscale: bool, timeout_s: float | None = None) -> list[dict]:
     """Build each kind of index over the first SKB's vectors in turn (the others dropped first): build
     seconds, size, and the search-list sweep. A build that runs past `timeout_s` is cancelled and reported
-    as unfinished instead of holding up the rest of the run (DiskANN at 1M vectors: over 40 minutes here)."""
+    as unfinished instead of holding up the rest of the run (a DiskANN build over a million vectors can take that long)."""
     entries = []
     for kind in kinds:
         label, section, method, build = CONFIGS[kind]

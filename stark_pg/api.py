@@ -21,7 +21,7 @@ from pathlib import Path
 
 from stark_pg.embed import DeviceError
 from stark_pg.options import OptionError
-from stark_pg.retrieve import MissingIndex, UnknownMethod
+from stark_pg.retrieve import MissingIndex, UnknownMethod, get_method
 from stark_pg.retrieve.results import SearchHit
 from stark_pg.skb.records import LoadError
 
@@ -193,12 +193,12 @@ class SKB:
 
         check_k(depth, "depth")
         names = [methods] if isinstance(methods, str) else list(methods)
-        settings = method_options(names, values=options or {})
+        settings = method_options(names, values=options or {}, resolve=get_method)
         conn = self.db.conn
         skb_id = require_skb(conn, self.name)
         chosen = choose_queries(conn, skb_id, self.name, split, queries, limit)
-        outcomes = run_methods(conn, skb_id, self.name, settings, chosen, depth=depth, stored_k=stored_k,
-                               progress=_reporter(progress))
+        outcomes = run_methods(conn, skb_id, self.name, settings, chosen, resolve=get_method, depth=depth,
+                               stored_k=stored_k, progress=_reporter(progress))
         report = None
         if out:
             from stark_pg.eval.session import guess_dataset

@@ -18,16 +18,16 @@ and cached in stark.llm_cache); device and precision do not apply to it.
 from __future__ import annotations
 
 import json
-import os
 import re
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
+from stark_pg.config import ENV_DEVICE, env, set_library_defaults
+
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 _ALIASES = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2", "default"}
-ENV_DEVICE = "STARK_PG_DEVICE"
 _DEVICE = re.compile(r"(cpu|mps|cuda(:[0-9]{1,3})?)")
 
 
@@ -44,7 +44,7 @@ def requested_device(device: str | None = None, setting: str = "device") -> str:
     given, else STARK_PG_DEVICE, else "auto". `setting` names where `device` came from (e.g. "--device")
     in the error for a bad one."""
     if not device:
-        device, setting = os.environ.get(ENV_DEVICE) or "auto", ENV_DEVICE
+        device, setting = env(ENV_DEVICE) or "auto", ENV_DEVICE
     wanted = device.strip().lower()
     if wanted != "auto" and not _DEVICE.fullmatch(wanted):
         raise DeviceError(f"{setting}={device!r} is not a device: use auto, cpu, cuda, cuda:N or mps")
@@ -140,9 +140,7 @@ def fresh_model(name: str | None = None, device: str = "cpu", role: str = "query
     """A new SentenceTransformer instance, not the shared cached one (for training, which changes its
     weights and keeps its other tensors on the CPU: hence the CPU unless told otherwise)."""
     name = resolve_model(name, role)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    set_library_defaults()
     from sentence_transformers import SentenceTransformer
     from transformers.utils import logging as transformers_logging
 
@@ -155,7 +153,7 @@ def fresh_model(name: str | None = None, device: str = "cpu", role: str = "query
         return SentenceTransformer(name, device=device)
     except OSError as exc:     # what Hugging Face raises for an unknown or not downloaded model
         raise ModelUnavailable(f"embedding model {name!r} is not available: not a local path nor in the "
-                               f"Hugging Face cache (HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE')})") from exc
+                               f"Hugging Face cache (HF_HUB_OFFLINE={env('HF_HUB_OFFLINE')})") from exc
 
 
 def is_api_model(model: str | None) -> bool:

@@ -1,4 +1,11 @@
-"""`--option key=value` pairs from the command line into a method's Options dataclass, typed and checked."""
+"""`--option key=value` pairs from the command line into a method's Options dataclass, typed and checked.
+
+A method declares everything about its settings on its Options class: each setting's type and default
+(the dataclass fields), numeric bounds (`LIMITS`), allowed values (`CHOICES`) and any rule that joins
+settings (`check`, run whenever an Options is made). The command line (`-o`), the Python API and a
+direct `module.search(..., Options(...))` therefore refuse the same values with the same message, and
+before a search starts, not from inside it.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,31 @@ import typing
 
 class OptionError(ValueError):
     pass
+
+
+class MethodOptions:
+    """Base of every method's Options dataclass: `check` runs when an instance is made, so no search
+    function checks its settings itself. A subclass overrides `check` (calling super().check()) with
+    the rules LIMITS and CHOICES cannot state, raising OptionError."""
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        pass
+
+
+@dataclasses.dataclass
+class LLMOptions(MethodOptions):
+    """The LLM settings of every method that calls one at query time (NEEDS has "llm"); None falls back
+    to the environment (stark_pg.llm.settings)."""
+
+    llm: str | None = None        # PROVIDER:MODEL, e.g. openai:gpt-4o-mini (None: STARK_PG_LLM)
+    base_url: str | None = None   # OpenAI/Anthropic-compatible server (None: STARK_PG_LLM_BASE_URL)
+    cache: str | None = None      # use | only | refresh (None: STARK_PG_LLM_CACHE, else use)
+
+
+LLM_SETTINGS = tuple(f.name for f in dataclasses.fields(LLMOptions))
 
 
 def parse_options(options_class, pairs: list[str] | None):

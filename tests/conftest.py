@@ -176,6 +176,6 @@ def ibd_indexed_url(server_url, template_db, tmp_path_factory) -> str:
         build_dense(conn, "stark-prime-ibd", multi_vector=False)
         val = query_sets.from_split(conn, skb_id, "val")
         for method in ("bm25", "vss", "hybrid"):
-            run_method(conn, skb_id, "stark-prime-ibd", method, get_method(method).Options(), val)
+            run_method(conn, skb_id, "stark-prime-ibd", method, get_method(method).Options(), val, resolve=get_method)
     yield url
     janitor.drop()

@@ -19,6 +19,7 @@ from fake_llm_server import FakeLLMServer, user_text
 from stark_pg.eval import query_sets
 from stark_pg.eval.runner import run_method
 from stark_pg.retrieve import agent as agent_method
+from stark_pg.retrieve import get_method
 from stark_pg.retrieve import hybrid as hybrid_method
 from stark_pg.retrieve import vss as vss_method
 from stark_pg.retrieve.agent.toolkit import DIRECTIONS
@@ -149,8 +150,8 @@ def test_the_agent_method_runs_the_kept_programs_and_beats_vss(conn, llm, traine
     skb_id = conn.execute("select stark.skb_id(%s)", (SKB,)).fetchone()[0]
     val = query_sets.from_split(conn, skb_id, "val")
     options = agent_method.Options(run=report.run_id, llm="openai:fake-agent", base_url=llm.openai_url)
-    agent = run_method(conn, skb_id, SKB, "agent", options, val, depth=100)
-    vss = run_method(conn, skb_id, SKB, "vss", vss_method.Options(), val, depth=100)
+    agent = run_method(conn, skb_id, SKB, "agent", options, val, depth=100, resolve=get_method)
+    vss = run_method(conn, skb_id, SKB, "vss", vss_method.Options(), val, depth=100, resolve=get_method)
     assert agent.summary["metrics"]["mrr"] > vss.summary["metrics"]["mrr"]
     traces = [t for (t,) in conn.execute("select trace from stark.eval_result where run_id = %s", (agent.run_id,))]
     assert traces and all(t["run"] == report.run_id and t["category"] for t in traces)

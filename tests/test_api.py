@@ -78,7 +78,7 @@ def test_evaluate_gives_the_runners_figures(db):
     chosen = query_sets.from_split(db.conn, skb_id, "val")
     chosen.queries, chosen.label = chosen.queries[:6], chosen.label + "[:6]"
     for method in ("bm25", "hybrid"):
-        direct = run_method(db.conn, skb_id, SKB, method, get_method(method).Options(), chosen)
+        direct = run_method(db.conn, skb_id, SKB, method, get_method(method).Options(), chosen, resolve=get_method)
         assert result.summary[method] == direct.summary["metrics"]
     assert result.query_set == "split:val[:6]"
     import pandas

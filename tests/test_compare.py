@@ -22,7 +22,7 @@ from stark_pg.eval.compare import compare
 from stark_pg.eval.run_sources import CompareError, skb_qrels, trec_runs
 from stark_pg.eval.runner import run_method
 from stark_pg.index.lexical import build_lexical
-from stark_pg.retrieve import bm25
+from stark_pg.retrieve import bm25, get_method
 from stark_pg.skb.store import load_skb
 
 pytestmark = pytest.mark.skipif(not IBD.is_dir(), reason="../shared/data/stark-prime-ibd is not here")
@@ -207,14 +207,14 @@ def test_stored_runs_over_other_queries_or_answers_are_refused(cli, conn, tmp_pa
     val = query_sets.from_split(conn, skb_id, "val")
     first20 = query_sets.QuerySet("split:val[:20]", "val", val.queries[:20])
     first30 = query_sets.QuerySet("split:val[:30]", "val", val.queries[:30])
-    a = run_method(conn, skb_id, "stark-prime-ibd", "bm25", bm25.Options(), first20).run_id
-    b = run_method(conn, skb_id, "stark-prime-ibd", "bm25", bm25.Options(), first20).run_id
-    c = run_method(conn, skb_id, "stark-prime-ibd", "bm25", bm25.Options(), first30).run_id
+    a = run_method(conn, skb_id, "stark-prime-ibd", "bm25", bm25.Options(), first20, resolve=get_method).run_id
+    b = run_method(conn, skb_id, "stark-prime-ibd", "bm25", bm25.Options(), first20, resolve=get_method).run_id
+    c = run_method(conn, skb_id, "stark-prime-ibd", "bm25", bm25.Options(), first30, resolve=get_method).run_id
     same = json.loads(cli("compare", str(a), str(b), "--json").stdout)
     assert all(x["p_value"] == 1 and not x["significant"] for x in same["comparisons"])
     error = cli("compare", str(a), str(c), expect=1).stderr
     assert f"bm25#{a} and bm25#{c} are not over the same queries: 0 only in bm25#{a}, 10 only in bm25#{c}" in error
     moved = query_sets.QuerySet("file:moved", "val", [query_sets.EvalQuery(q.query_id, q.body, q.answer_ids[:1] + [1])
                                                       for q in val.queries[:20]])
-    d = run_method(conn, skb_id, "stark-prime-ibd", "bm25", bm25.Options(), moved).run_id
+    d = run_method(conn, skb_id, "stark-prime-ibd", "bm25", bm25.Options(), moved, resolve=get_method).run_id
     assert f"other answers in bm25#{d} than in bm25#{a}" in cli("compare", str(a), str(d), expect=1).stderr

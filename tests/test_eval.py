@@ -12,7 +12,7 @@ from loaders.bundle import BundleSource
 from stark_pg.eval import query_sets
 from stark_pg.eval.runner import run_method
 from stark_pg.index.lexical import build_lexical
-from stark_pg.retrieve import bm25
+from stark_pg.retrieve import bm25, get_method
 from stark_pg.skb.catalog import require_skb
 from stark_pg.skb.store import load_skb
 
@@ -68,12 +68,12 @@ def test_an_interrupted_run_continues(conn, indexed):
     bm25.search = flaky
     try:
         with pytest.raises(KeyboardInterrupt):
-            run_method(conn, indexed, "stark-prime-ibd", "bm25", bm25.Options(), chosen)
+            run_method(conn, indexed, "stark-prime-ibd", "bm25", bm25.Options(), chosen, resolve=get_method)
     finally:
         bm25.search = original
-    outcome = run_method(conn, indexed, "stark-prime-ibd", "bm25", bm25.Options(), chosen)
+    outcome = run_method(conn, indexed, "stark-prime-ibd", "bm25", bm25.Options(), chosen, resolve=get_method)
     assert outcome.resumed_from == 5 and outcome.summary["queries"] == 171
-    again = run_method(conn, indexed, "stark-prime-ibd", "bm25", bm25.Options(), chosen)
+    again = run_method(conn, indexed, "stark-prime-ibd", "bm25", bm25.Options(), chosen, resolve=get_method)
     assert again.run_id != outcome.run_id and again.resumed_from == 0      # a finished run is not reused
 
 
@@ -88,7 +88,7 @@ def test_a_failing_query_is_recorded_and_the_run_goes_on(conn, indexed):
 
     bm25.search = failing
     try:
-        outcome = run_method(conn, indexed, "stark-prime-ibd", "bm25", bm25.Options(), chosen)
+        outcome = run_method(conn, indexed, "stark-prime-ibd", "bm25", bm25.Options(), chosen, resolve=get_method)
     finally:
         bm25.search = original
     assert outcome.summary["failed"] == 1 and outcome.summary["queries"] == 171

@@ -141,8 +141,8 @@ def test_documents_naming_the_answers_beat_plain_vss(conn, llm, answers, method)
     skb_id = sql().find_skb_id(conn, name=SKB)
     val = query_sets.from_split(conn, skb_id, "val")
     val.queries = val.queries[:12]
-    expanded = run_method(conn, skb_id, SKB, method, options(method, llm), val, depth=100)
-    plain = run_method(conn, skb_id, SKB, "vss", vss_method.Options(), val, depth=100)
+    expanded = run_method(conn, skb_id, SKB, method, options(method, llm), val, depth=100, resolve=get_method)
+    plain = run_method(conn, skb_id, SKB, "vss", vss_method.Options(), val, depth=100, resolve=get_method)
     assert expanded.summary["failed"] == 0
     assert expanded.summary["metrics"]["mrr"] > plain.summary["metrics"]["mrr"] + 0.1
 
@@ -173,9 +173,9 @@ def test_replay_with_cache_only_makes_no_request(conn, llm, answers, method):
     skb_id = sql().find_skb_id(conn, name=SKB)
     val = query_sets.from_split(conn, skb_id, "val")
     val.queries = val.queries[:6]
-    first = run_method(conn, skb_id, SKB, method, options(method, llm, cache="refresh"), val, depth=50)
+    first = run_method(conn, skb_id, SKB, method, options(method, llm, cache="refresh"), val, depth=50, resolve=get_method)
     before = len(llm.requests)
-    again = run_method(conn, skb_id, SKB, method, options(method, llm, cache="only"), val, depth=50)
+    again = run_method(conn, skb_id, SKB, method, options(method, llm, cache="only"), val, depth=50, resolve=get_method)
     assert len(llm.requests) == before
     assert first.summary["failed"] == again.summary["failed"] == 0
     ranked = [dict(conn.execute("select query_id, ranked_ids from stark.eval_result where run_id = %s",

@@ -24,7 +24,7 @@ from loaders.synthetic import TEMPLATES, SyntheticSource
 from stark_pg.eval import query_sets
 from stark_pg.eval.runner import run_method
 from stark_pg.resources import queries as sql
-from stark_pg.retrieve import focus
+from stark_pg.retrieve import focus, get_method
 from stark_pg.retrieve import vss as vss_method
 from stark_pg.retrieve.rerank import SYSTEM as RERANK_SYSTEM
 
@@ -119,7 +119,7 @@ def test_perfect_triplets_put_the_answers_first_and_replay_from_the_cache(conn, 
     val = query_sets.from_split(conn, skb_id, "val")
     assert len(val.queries) >= 10
     before = len(llm.requests)
-    first = run_method(conn, skb_id, SKB, "4stepfocus", options(llm), val, depth=100)
+    first = run_method(conn, skb_id, SKB, "4stepfocus", options(llm), val, depth=100, resolve=get_method)
     assert len(llm.requests) - before == len(val.queries)          # one triplet request per query
     plain = {t.key for t in TEMPLATES if t.attribute is None}
     rows = conn.execute("select q.query_id, q.body, r.ranked_ids, r.answer_ids, r.trace, r.error "
@@ -137,12 +137,12 @@ def test_perfect_triplets_put_the_answers_first_and_replay_from_the_cache(conn, 
             assert set(ranked[:len(answers)]) == set(answers)
             checked += 1
     assert checked >= 5
-    vss = run_method(conn, skb_id, SKB, "vss", vss_method.Options(), val, depth=100)
+    vss = run_method(conn, skb_id, SKB, "vss", vss_method.Options(), val, depth=100, resolve=get_method)
     assert first.summary["metrics"]["mrr"] > vss.summary["metrics"]["mrr"]
 
     # replay: cache=only, no request reaches the server, same rankings
     before = len(llm.requests)
-    again = run_method(conn, skb_id, SKB, "4stepfocus", options(llm, cache="only"), val, depth=100)
+    again = run_method(conn, skb_id, SKB, "4stepfocus", options(llm, cache="only"), val, depth=100, resolve=get_method)
     assert len(llm.requests) == before
     assert again.run_id != first.run_id
     replayed = dict(conn.execute("select query_id, ranked_ids from stark.eval_result where run_id = %s",
@@ -180,7 +180,7 @@ def test_garbage_from_the_llm_fails_the_query_and_the_run_goes_on(conn, llm):
     llm.responder = responder
     skb_id = sql().find_skb_id(conn, name=SKB)
     val = query_sets.from_split(conn, skb_id, "val")
-    outcome = run_method(conn, skb_id, SKB, "4stepfocus", options(llm, cache="refresh"), val, depth=20)
+    outcome = run_method(conn, skb_id, SKB, "4stepfocus", options(llm, cache="refresh"), val, depth=20, resolve=get_method)
     assert outcome.summary["failed"] == 1
     error = conn.execute("select error from stark.eval_result where run_id = %s and error is not null",
                          (outcome.run_id,)).fetchone()[0]

@@ -16,8 +16,8 @@ from stark_pg.progress import NullReporter
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import MissingIndex, get_method
 from stark_pg.retrieve.fusion import template
-from stark_pg.train.fusion import MAX_LINK, FusionSettings, prepare_training_split, query_features, train_fusion
-from stark_pg.train.fusion_model import load, option, train_command
+from stark_pg.models.fusion import FusionSettings, load, option, query_features, train_command
+from stark_pg.train.fusion import MAX_LINK, prepare_training_split, train_fusion
 
 SKB = "syn-fusion"
 MODEL = "all-MiniLM-L6-v2"
@@ -362,8 +362,8 @@ def test_a_model_trained_before_the_last_features_still_ranks_and_a_changed_one_
     the command that retrains it."""
     import lightgbm
 
+    from stark_pg.models.fusion import FusionModel, compile_sql, save
     from stark_pg.train.fusion import ranked_by
-    from stark_pg.train.fusion_model import FusionModel, compile_sql, save
 
     url, _ = trained
     with connect(url) as conn:
@@ -438,7 +438,8 @@ def test_trained_dense_is_cross_fitted_and_equals_its_cosine(trained):
     by the mean of all fold models; the feature equals that cosine recomputed from the stored vectors."""
     from stark_pg.eval.query_sets import fold, fold_of, from_split
     from stark_pg.train.dense import FOLD_SEED, DenseSettings, train_dense
-    from stark_pg.train.fusion import check_fold_models, cross_fitted, fold_models, search_dense
+    from stark_pg.models.fusion import fold_models, search_dense
+    from stark_pg.train.fusion import check_fold_models, cross_fitted
 
     url, _ = trained
     with connect(url) as conn:

@@ -382,7 +382,7 @@ def test_a_replay_in_a_rebuilt_database_makes_no_request(server_url, skb_databas
         val.queries = val.queries[:5]
         options = get_method("hyde").Options(llm="openai:fake-hyde", base_url=llm.openai_url, cache=cache,
                                              retriever="bm25")
-        run = run_method(conn, skb_id, SKB, "hyde", options, val, depth=20)
+        run = run_method(conn, skb_id, SKB, "hyde", options, val, depth=20, resolve=get_method)
         ranked = dict(conn.execute("select query_id, ranked_ids from stark.eval_result where run_id = %s",
                                    (run.run_id,)).fetchall())
         return run.summary, ranked

@@ -20,8 +20,8 @@ from stark_pg.index.dense import build_dense
 from stark_pg.index.lexical import build_lexical, relation_scopes
 from stark_pg.retrieve import mfar
 from stark_pg.skb.store import load_skb
+from stark_pg.models.mfar import FieldInfo, Pair, load_model, parse_mask, skb_fields, variant_pairs
 from stark_pg.train.mfar import TrainSettings, query_features, train_mfar
-from stark_pg.train.mfar_model import FieldInfo, Pair, load_model, parse_mask, skb_fields, variant_pairs
 
 pytestmark = pytest.mark.slow
 

@@ -23,7 +23,7 @@ def ibd_mfar_url(server_url, ibd_indexed_url):
     from stark_pg.eval import query_sets
     from stark_pg.eval.runner import run_method
     from stark_pg.index.lexical import build_lexical, relation_scopes
-    from stark_pg.retrieve import mfar
+    from stark_pg.retrieve import get_method, mfar
     from stark_pg.train.mfar import TrainSettings, train_mfar
 
     with cloned_database(server_url, conninfo_to_dict(ibd_indexed_url)["dbname"], "stark_ibd_mfar") as url:
@@ -32,10 +32,10 @@ def ibd_mfar_url(server_url, ibd_indexed_url):
             report = train_mfar(conn, "stark-prime-ibd", TrainSettings(variant="all"))
             skb_id = conn.execute("select stark.skb_id('stark-prime-ibd')").fetchone()[0]
             run_method(conn, skb_id, "stark-prime-ibd", "mfar", mfar.Options(),
-                       query_sets.from_split(conn, skb_id, "val"))
+                       query_sets.from_split(conn, skb_id, "val"), resolve=get_method)
             # early stopping chose the epoch on a held-out part of train (never val): rank it in SQL too
             held = query_sets.hold_out(query_sets.from_split(conn, skb_id, "train"), 0.2, 0)[1]
-            on_held = run_method(conn, skb_id, "stark-prime-ibd", "mfar", mfar.Options(), held)
+            on_held = run_method(conn, skb_id, "stark-prime-ibd", "mfar", mfar.Options(), held, resolve=get_method)
         yield url, report, on_held.summary["metrics"]["mrr"]
 
 

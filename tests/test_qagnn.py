@@ -16,10 +16,10 @@ from stark_pg.db import connect
 from stark_pg.embed import encode_query
 from stark_pg.retrieve import get_method
 from stark_pg.skb.records import LoadError
+from stark_pg.models.qagnn import (Subgraph, Vocabulary, build_graph, fetch_subgraph, graph_for_query, load_model,
+                                   new_network, query_grams, rerank, score_graph, torch_threads)
+from stark_pg.retrieve.qagnn import first_stage
 from stark_pg.train import qagnn as train_module
-from stark_pg.train.qagnn_model import (Subgraph, Vocabulary, build_graph, fetch_subgraph, first_stage,
-                                        graph_for_query, load_model, new_network, query_grams, rerank, score_graph,
-                                        torch_threads)
 
 SKB = "syn-qagnn"
 

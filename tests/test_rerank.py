@@ -263,7 +263,7 @@ def test_an_eval_run_records_a_failed_llm_step_and_goes_on_then_replays(conn, ti
     server.responder = gold_responder
     chosen = query_sets.from_split(conn, tiny_skb, "val")
     options = vss_rerank.Options(k_max=10, llm="openai:qwen-test", base_url=server.openai_url)
-    first = run_method(conn, tiny_skb, "tiny-pharma", "vss+rerank", options, chosen)
+    first = run_method(conn, tiny_skb, "tiny-pharma", "vss+rerank", options, chosen, resolve=get_method)
     assert first.summary["queries"] == 4 and first.summary["failed"] == 1
     rows = conn.execute("select query_id, error, metrics->>'hit@1', trace from stark.eval_result where run_id = %s "
                         "order by query_id", (first.run_id,)).fetchall()
@@ -280,7 +280,7 @@ def test_an_eval_run_records_a_failed_llm_step_and_goes_on_then_replays(conn, ti
     assert llm["cost_usd"] is None
     requests_after_first = len(server.requests)
     assert requests_after_first == 31                   # 30 scored + the failed one
-    second = run_method(conn, tiny_skb, "tiny-pharma", "vss+rerank", options, chosen)
+    second = run_method(conn, tiny_skb, "tiny-pharma", "vss+rerank", options, chosen, resolve=get_method)
     assert second.run_id != first.run_id
     assert second.summary["llm"]["calls"] == 0 and second.summary["llm"]["cache_hits"] == 30
     assert second.summary["metrics"] == first.summary["metrics"]
@@ -310,7 +310,7 @@ def test_eval_cli_shows_the_llm_totals(cli, conn, tiny_skb, server, monkeypatch)
 
 def test_vss_rerank_without_an_llm_fails_each_query_clearly(conn, tiny_skb):
     chosen = query_sets.from_split(conn, tiny_skb, "val")
-    outcome = run_method(conn, tiny_skb, "tiny-pharma", "vss+rerank", vss_rerank.Options(), chosen)
+    outcome = run_method(conn, tiny_skb, "tiny-pharma", "vss+rerank", vss_rerank.Options(), chosen, resolve=get_method)
     assert outcome.summary["failed"] == 4
     error = conn.execute("select error from stark.eval_result where run_id = %s limit 1",
                          (outcome.run_id,)).fetchone()[0]

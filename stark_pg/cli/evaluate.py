@@ -49,14 +49,15 @@ def evaluate(
     from stark_pg.eval.report import write_report
     from stark_pg.eval.session import choose_queries, guess_dataset, method_options, run_methods
     from stark_pg.options import OptionError
-    from stark_pg.retrieve import UnknownMethod
+    from stark_pg.retrieve import UnknownMethod, get_method
     from stark_pg.retrieve.results import check_k
     from stark_pg.skb.catalog import require_skb
 
     methods = [m.strip() for m in method.split(",") if m.strip()]
     try:
         check_k(depth, "--depth")
-        settings = method_options(methods, list(option or []) + ([f"mfar.mask={','.join(mask)}"] if mask else []))
+        settings = method_options(methods, list(option or []) + ([f"mfar.mask={','.join(mask)}"] if mask else []),
+                                  resolve=get_method)
     except (UnknownMethod, OptionError) as exc:
         fail(str(exc))
     if out_dir:
@@ -65,8 +66,8 @@ def evaluate(
     with state(ctx).connect() as conn:
         skb_id = require_skb(conn, name)
         chosen = choose_queries(conn, skb_id, name, split, queries, limit)
-        outcomes = run_methods(conn, skb_id, name, settings, chosen, depth=depth, stored_k=stored_k,
-                               progress=progress)
+        outcomes = run_methods(conn, skb_id, name, settings, chosen, resolve=get_method, depth=depth,
+                               stored_k=stored_k, progress=progress)
         report = None
         if out_dir:
             report = write_report(conn, skb_id, name, split, outcomes, out_dir, context or guess_dataset(name),

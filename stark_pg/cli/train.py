@@ -105,7 +105,7 @@ def fields(
 ) -> None:
     """The SKB's mFAR fields (document, name, type, text fields, relations) and which scorers are indexed."""
     from stark_pg.embed import canonical_name
-    from stark_pg.train.mfar_model import skb_fields
+    from stark_pg.models.mfar import skb_fields
 
     with state(ctx).connect() as conn:
         found = skb_fields(conn, name, canonical_name(embed_model))
@@ -138,9 +138,10 @@ def masking(
     from stark_pg.eval import query_sets
     from stark_pg.eval.metrics import check_metric_names
     from stark_pg.eval.runner import run_method
+    from stark_pg.models.mfar import load_model
+    from stark_pg.retrieve import get_method
     from stark_pg.retrieve import mfar as mfar_method
     from stark_pg.skb.catalog import require_skb
-    from stark_pg.train.mfar_model import load_model
 
     try:
         check_metric_names([metric])
@@ -165,7 +166,7 @@ def masking(
                 masks.extend(f"{field}:{s}" for s in scorers)
         for mask in masks:
             options = mfar_method.Options(name=model_name, mask=mask)
-            outcome = run_method(conn, skb_id, name, "mfar", options, chosen, progress=progress)
+            outcome = run_method(conn, skb_id, name, "mfar", options, chosen, resolve=get_method, progress=progress)
             rows.append({"mask": mask, "run_id": outcome.run_id, "metrics": outcome.summary["metrics"]})
     base = rows[0]["metrics"]
     shown = [metric] + [m for m in ("hit@1", "recall@20", "mrr") if m != metric]

@@ -42,7 +42,7 @@ def tune(
     from stark_pg.eval.session import choose_queries
     from stark_pg.eval.tuning import tune as run_tuning
     from stark_pg.options import OptionError
-    from stark_pg.retrieve import UnknownMethod
+    from stark_pg.retrieve import UnknownMethod, get_method
     from stark_pg.skb.catalog import require_skb
     from stark_pg.skb.records import LoadError
 
@@ -55,8 +55,8 @@ def tune(
         try:
             skb_id = require_skb(conn, name)
             chosen = choose_queries(conn, skb_id, name, split, None, limit)
-            result = run_tuning(conn, skb_id, name, method, list(option or []), grid, chosen, metric, depth=depth,
-                                progress=reporter(quiet or json_))
+            result = run_tuning(conn, skb_id, name, method, list(option or []), grid, chosen, metric,
+                                resolve=get_method, depth=depth, progress=reporter(quiet or json_))
         except (UnknownMethod, OptionError, LoadError) as exc:
             fail(str(exc))
     fixed = [f"-o {shlex.quote(o)}" for o in option or []]

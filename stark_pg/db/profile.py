@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import os
 
+from stark_pg.config import ENV_MEMORY_MB, env
 from stark_pg.db.connection import DatabaseError
 
 MIN_BUDGET_MB, MAX_BUDGET_MB = 512, 16384
-ENV = "STARK_PG_MEMORY_MB"
+ENV = ENV_MEMORY_MB
 PROFILE_SETTINGS = ("shared_buffers", "maintenance_work_mem", "work_mem", "effective_cache_size",
                     "max_parallel_maintenance_workers")
 
@@ -62,4 +63,4 @@ def machine_profile() -> dict[str, str]:
     import psutil
 
     total_mb = psutil.virtual_memory().total // (1 << 20)
-    return settings(total_mb, os.cpu_count() or 1, budget_mb(total_mb, os.environ.get(ENV)))
+    return settings(total_mb, os.cpu_count() or 1, budget_mb(total_mb, env(ENV)))

@@ -4,6 +4,11 @@ Each query's result is committed as soon as it is scored, and a run is identifie
 configuration (SKB, method, settings, query set, depth), so re-running an interrupted evaluation
 continues the unfinished run instead of starting over. A query whose method fails (an LLM error,
 a timeout) is stored with the reason and scores zero; the run goes on.
+
+The methods themselves come from whoever calls: a `Resolve` (the CLI and the Python API hand over
+stark_pg.retrieve.get_method) turns a method's name into its module (`Options`, `search`). Evaluation
+thus sits beside retrieval, not on top of it, and a test or a benchmark can evaluate a method that is
+not registered.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass
+from types import ModuleType
+from typing import Callable
 
 import numpy as np
 import psycopg
@@ -22,7 +29,12 @@ from stark_pg.eval.query_sets import QuerySet
 from stark_pg.llm.embeddings import cache_in
 from stark_pg.progress import NullReporter, Reporter
 from stark_pg.resources import queries as sql
-from stark_pg.retrieve import Ranking, get_method, needs_setup
+from stark_pg.ranking import Ranking
+from stark_pg.skb.records import LoadError, MissingIndex
+
+
+Resolve = Callable[[str], ModuleType]
+"""A method's name -> its module, which has `Options` (a dataclass) and `search(conn, skb, query, k, options)`."""
 
 
 @dataclass
@@ -35,9 +47,10 @@ class RunOutcome:
 
 
 def run_method(conn: psycopg.Connection, skb_id: int, skb_name: str, method: str, options, query_set: QuerySet, *,
-               depth: int = 1000, stored_k: int = 100, progress: Reporter | None = None) -> RunOutcome:
+               resolve: Resolve, depth: int = 1000, stored_k: int = 100,
+               progress: Reporter | None = None) -> RunOutcome:
     progress = progress or NullReporter()
-    module = get_method(method)
+    module = resolve(method)
     settings = dataclasses.asdict(options)
     config = {"method": method, "options": settings, "query_set": query_set.label, "depth": depth,
               "stored_k": stored_k, "queries": len(query_set.queries)}
@@ -101,3 +114,14 @@ def summarize_run(conn: psycopg.Connection, skb_id: int, run_id: int) -> dict:
     if llm:
         summary["llm"] = llm
     return summary
+
+
+def needs_setup(exc: BaseException) -> bool:
+    """Whether a failed search failed for every query alike: an index, a trained model or the SKB itself
+    is missing (MissingIndex; LoadError naming the SKB or model; one of our SQL functions raising with a
+    hint that says which `stark-pg` command to run). An evaluation stops on such an error instead of
+    recording it once per query as an all-zero run."""
+    if isinstance(exc, (MissingIndex, LoadError)):
+        return True
+    hint = exc.diag.message_hint if isinstance(exc, psycopg.Error) and exc.diag else None
+    return bool(hint) and hint.startswith("run `stark-pg ")

@@ -12,19 +12,20 @@ import psycopg
 
 from stark_pg.eval import query_sets
 from stark_pg.eval.query_sets import QuerySet
-from stark_pg.eval.runner import RunOutcome, run_method
+from stark_pg.eval.runner import Resolve, RunOutcome, run_method
 from stark_pg.options import OptionError
 from stark_pg.progress import Reporter
 from stark_pg.skb.records import LoadError
 
 
-def method_options(methods: list[str], pairs: list[str] | None = None, values: dict | None = None) -> dict:
+def method_options(methods: list[str], pairs: list[str] | None = None, values: dict | None = None, *,
+                   resolve: Resolve) -> dict:
     """Each method's Options from `KEY=VALUE` (all methods having KEY) and `METHOD.KEY=VALUE` pairs, or
-    from Python `values` ({method: {key: value}}, or {key: value} for every method having the key)."""
+    from Python `values` ({method: {key: value}}, or {key: value} for every method having the key);
+    `resolve` finds each method's module by name (stark_pg.eval.runner.Resolve)."""
     from stark_pg.options import options_from_values, parse_options
-    from stark_pg.retrieve import get_method
 
-    modules = {m: get_method(m) for m in methods}
+    modules = {m: resolve(m) for m in methods}
     if values:
         return {m: options_from_values(modules[m].Options, per_method) for m, per_method in
                 _values_per_method(modules, values).items()}
@@ -80,10 +81,11 @@ def choose_queries(conn: psycopg.Connection, skb_id: int, skb_name: str, split: 
 
 
 def run_methods(conn: psycopg.Connection, skb_id: int, skb_name: str, settings: dict, query_set: QuerySet, *,
-                depth: int = 1000, stored_k: int = 100, progress: Reporter | None = None) -> list[RunOutcome]:
+                resolve: Resolve, depth: int = 1000, stored_k: int = 100,
+                progress: Reporter | None = None) -> list[RunOutcome]:
     """Every method of `settings` ({method: Options}) over the query set, one stored run each."""
-    return [run_method(conn, skb_id, skb_name, method, options, query_set, depth=depth, stored_k=stored_k,
-                       progress=progress) for method, options in settings.items()]
+    return [run_method(conn, skb_id, skb_name, method, options, query_set, resolve=resolve, depth=depth,
+                       stored_k=stored_k, progress=progress) for method, options in settings.items()]
 
 
 def guess_dataset(skb_name: str) -> str | None:

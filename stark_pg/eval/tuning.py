@@ -17,7 +17,7 @@ import psycopg
 
 from stark_pg.eval.metrics import DEFAULT_METRICS
 from stark_pg.eval.query_sets import QuerySet
-from stark_pg.eval.runner import RunOutcome, run_method
+from stark_pg.eval.runner import Resolve, RunOutcome, run_method
 from stark_pg.eval.session import method_options
 from stark_pg.options import OptionError
 from stark_pg.progress import Reporter
@@ -54,7 +54,7 @@ def parse_grid(entries: list[str]) -> list[dict[str, str]]:
 
 
 def tune(conn: psycopg.Connection, skb_id: int, skb: str, method: str, fixed: list[str], grid: list[str],
-         query_set: QuerySet, metric: str = "mrr", *, depth: int = 1000,
+         query_set: QuerySet, metric: str = "mrr", *, resolve: Resolve, depth: int = 1000,
          progress: Reporter | None = None) -> Tuning:
     """Evaluate `method` with the `fixed` KEY=VALUE settings plus each point of `grid` on `query_set`;
     the best point by `metric` (ties: the first in grid order). Every point's settings are checked
@@ -62,10 +62,11 @@ def tune(conn: psycopg.Connection, skb_id: int, skb: str, method: str, fixed: li
     if metric not in DEFAULT_METRICS:
         raise OptionError(f"--metric {metric!r}: one of {', '.join(DEFAULT_METRICS)}")
     points = parse_grid(grid)
-    options = [method_options([method], list(fixed) + [f"{k}={v}" for k, v in p.items()])[method] for p in points]
+    options = [method_options([method], list(fixed) + [f"{k}={v}" for k, v in p.items()], resolve=resolve)[method]
+               for p in points]
     done = []
     for point, opts in zip(points, options):
-        done.append(GridPoint(point, run_method(conn, skb_id, skb, method, opts, query_set, depth=depth,
-                                                progress=progress)))
+        done.append(GridPoint(point, run_method(conn, skb_id, skb, method, opts, query_set, resolve=resolve,
+                                                depth=depth, progress=progress)))
     best = max(done, key=lambda p: (p.outcome.summary["metrics"][metric], -done.index(p)))
     return Tuning(method, metric, done, best)

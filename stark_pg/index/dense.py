@@ -76,7 +76,7 @@ def vector_index_name(table: str, skb_id: int, method: str = "hnsw") -> str:
 
 VECTOR_INDEXES = ("hnsw", "diskann")
 # DiskANN's build settings: pgvectorscale's own defaults, written out so that the template states them
-# (a 1M-vector build with them runs past 40 minutes on 2 cores: docs/search.md).
+# (a build over millions of vectors with them is slow on few cores: docs/search.md).
 DISKANN_BUILD = {"num_neighbors": 50, "search_list_size": 100}
 STORAGES = ("vector", "halfvec")
 

@@ -23,7 +23,7 @@ from stark_pg.skb.locks import skb_name_locked
 def build_graph_summary(conn: psycopg.Connection, skb_name: str, rebuild: bool = False,
                         progress: Reporter | None = None) -> dict:
     """Build the SKB's typed-link summary and edge symmetry unless they exist; {"rows", "built",
-    "one_way_edges", "seconds"}. Two statements over all the edges (about 20 s for STaRK-Prime's 8M), in a
+    "one_way_edges", "seconds"}. Two statements over all the edges (long on a large SKB), in a
     transaction of its own."""
     started = time.perf_counter()
     with skb_name_locked(conn, skb_name):

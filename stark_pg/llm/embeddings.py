@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import time
 from collections import Counter
 from contextlib import contextmanager
@@ -38,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import psycopg
 
+from stark_pg.config import ENV_EMBED_BASE_URL, env
 from stark_pg.llm import providers
 from stark_pg.llm.cache import LLMCache, request_hash
 from stark_pg.llm.errors import LLMCacheMiss, LLMCallFailed, LLMError
@@ -46,7 +46,7 @@ from stark_pg.llm.prices import cost_usd
 from stark_pg.llm.settings import LLMSettings
 from stark_pg.resources import queries as sql
 
-ENV_BASE_URL = "STARK_PG_EMBED_BASE_URL"
+ENV_BASE_URL = ENV_EMBED_BASE_URL
 KNOWN_DIMENSIONS = {"text-embedding-3-small": 1536, "text-embedding-3-large": 3072, "text-embedding-ada-002": 1536}
 PROBE = "dimension probe"      # the text embedded to learn an unknown model's dimension
 
@@ -57,7 +57,7 @@ _default_conn: list[psycopg.Connection] = []
 
 def settings_for(model: str) -> LLMSettings:
     """The LLM settings of an `openai:MODEL` embedding model (the environment's base URL, cache mode...)."""
-    base_url = os.environ.get(ENV_BASE_URL) or None
+    base_url = env(ENV_BASE_URL) or None
     return LLMSettings.resolve(llm=model, base_url=base_url)
 
 

@@ -11,10 +11,10 @@ calls an LLM) does not load them and needs no API key.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from functools import lru_cache
 
+from stark_pg.config import env
 from stark_pg.llm.errors import LLMCallFailed, LLMError
 from stark_pg.llm.settings import LLMSettings
 
@@ -40,10 +40,10 @@ def send(settings: LLMSettings, request: dict) -> Reply:
 
 
 def _api_key(settings: LLMSettings, variable: str, base_url_variable: str) -> str:
-    key = os.environ.get(variable)
+    key = env(variable)
     if key:
         return key
-    if settings.base_url or os.environ.get(base_url_variable):
+    if settings.base_url or env(base_url_variable):
         return NO_KEY
     raise LLMError(f"{variable} is not set: export it to call {settings.name}, or point -o base_url=... "
                    f"(STARK_PG_LLM_BASE_URL) at a compatible server")

@@ -8,9 +8,10 @@ variables when a call is actually needed, so a cache-only replay needs no key at
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
+from stark_pg.config import (ENV_LLM, ENV_LLM_BASE_URL, ENV_LLM_CACHE, ENV_LLM_ENDPOINT, ENV_LLM_RETRIES,
+                             ENV_LLM_TIMEOUT, env)
 from stark_pg.llm.errors import LLMError
 
 PROVIDERS = ("openai", "anthropic")
@@ -37,7 +38,7 @@ class LLMSettings:
     def resolve(cls, llm: str | None = None, base_url: str | None = None, cache: str | None = None,
                 timeout: float | None = None, max_retries: int | None = None) -> LLMSettings:
         """Settings from the given options, each None one taken from the environment."""
-        spec = llm or os.environ.get("STARK_PG_LLM")
+        spec = llm or env(ENV_LLM)
         if not spec:
             raise LLMError("no LLM chosen: pass -o llm=PROVIDER:MODEL (e.g. openai:gpt-4o-mini, "
                            "anthropic:claude-3-5-haiku-latest) or set STARK_PG_LLM")
@@ -50,22 +51,22 @@ class LLMSettings:
         if provider not in PROVIDERS:
             raise LLMError(f"{source}={spec!r}: unknown provider {provider!r} (known: {', '.join(PROVIDERS)}; "
                            f"an OpenAI-compatible server is openai:MODEL with -o base_url=...)")
-        mode = (cache or os.environ.get("STARK_PG_LLM_CACHE") or "use").strip().lower()
+        mode = (cache or env(ENV_LLM_CACHE) or "use").strip().lower()
         if mode not in CACHE_MODES:
             raise LLMError(f"-o cache={mode!r} (or STARK_PG_LLM_CACHE): expected one of {', '.join(CACHE_MODES)}")
-        base_url = base_url or os.environ.get("STARK_PG_LLM_BASE_URL") or None
+        base_url = base_url or env(ENV_LLM_BASE_URL) or None
         return cls(provider=provider, model=model, base_url=base_url,
                    endpoint=endpoint_identity(base_url),
                    cache=mode,
-                   timeout=_positive(timeout, "STARK_PG_LLM_TIMEOUT", DEFAULT_TIMEOUT, float),
-                   max_retries=int(_positive(max_retries, "STARK_PG_LLM_RETRIES", DEFAULT_RETRIES, int, zero=True)))
+                   timeout=_positive(timeout, ENV_LLM_TIMEOUT, DEFAULT_TIMEOUT, float),
+                   max_retries=int(_positive(max_retries, ENV_LLM_RETRIES, DEFAULT_RETRIES, int, zero=True)))
 
 
 def endpoint_identity(base_url: str | None) -> str:
     """Who answers, for the cache key: STARK_PG_LLM_ENDPOINT if declared (so that a model moved to
     another host keeps its cache), else the server's address, else "" (the provider's own API). A
     local model's answers are then never replayed as the provider's, nor one server's as another's."""
-    declared = os.environ.get("STARK_PG_LLM_ENDPOINT")
+    declared = env(ENV_LLM_ENDPOINT)
     if declared:
         return declared.strip()
     return base_url.strip().rstrip("/") if base_url else ""
@@ -73,7 +74,7 @@ def endpoint_identity(base_url: str | None) -> str:
 
 def _positive(value, variable: str, default, kind, zero: bool = False):
     if value is None:
-        raw = os.environ.get(variable)
+        raw = env(variable)
         if not raw:
             return default
         try:

@@ -14,25 +14,11 @@ a user learns before a run, not from its error, that a method will call an LLM o
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
 
+from stark_pg.ranking import Hit, Ranking
+from stark_pg.skb.records import MissingIndex
 
-@dataclass(frozen=True, slots=True)
-class Hit:
-    node_id: int
-    score: float
-
-
-@dataclass
-class Ranking:
-    """Ranked nodes, best first, with a trace of how they were found (SQL, candidate counts, ...)."""
-
-    hits: list[Hit]
-    trace: dict = field(default_factory=dict)
-
-    @property
-    def node_ids(self) -> list[int]:
-        return [h.node_id for h in self.hits]
+__all__ = ["Hit", "Ranking", "MissingIndex", "METHODS", "UnknownMethod", "get_method"]
 
 
 METHODS = {
@@ -56,25 +42,6 @@ METHODS = {
 
 class UnknownMethod(ValueError):
     pass
-
-
-class MissingIndex(LookupError):
-    """A search needs an index the SKB does not have (yet): the message says which command builds it."""
-
-
-def needs_setup(exc: BaseException) -> bool:
-    """Whether a failed search failed for every query alike: an index, a trained model or the SKB itself
-    is missing (MissingIndex; LoadError naming the SKB or model; one of our SQL functions raising with a
-    hint that says which `stark-pg` command to run). An evaluation stops on such an error instead of
-    recording it once per query as an all-zero run."""
-    import psycopg
-
-    from stark_pg.skb.records import LoadError
-
-    if isinstance(exc, (MissingIndex, LoadError)):
-        return True
-    hint = exc.diag.message_hint if isinstance(exc, psycopg.Error) and exc.diag else None
-    return bool(hint) and hint.startswith("run `stark-pg ")
 
 
 def get_method(name: str):

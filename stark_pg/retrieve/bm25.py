@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import psycopg
 
 from stark_pg.resources import queries as sql
-from stark_pg.options import OptionError
+from stark_pg.options import MethodOptions, OptionError
 from stark_pg.retrieve import Hit, MissingIndex, Ranking
 from stark_pg.skb.catalog import require_skb
 
@@ -23,7 +23,7 @@ NEEDS = ()  # nothing beyond the SKB and its indexes
 
 
 @dataclass
-class Options:
+class Options(MethodOptions):
     k1: float = 1.2
     b: float = 0.75
     field: str | None = None     # None: the whole document; 'name' or a text field's name otherwise

@@ -19,9 +19,13 @@ class Setting:
     name: str
     type: str
     default: object
+    limits: tuple | None = None       # (low, high) from the Options' LIMITS; None on a side is unbounded
+    choices: tuple | None = None      # the allowed values from the Options' CHOICES
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "type": self.type, "default": self.default}
+        return {"name": self.name, "type": self.type, "default": self.default} | (
+            {"limits": list(self.limits)} if self.limits else {}) | (
+            {"choices": list(self.choices)} if self.choices else {})
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,9 @@ def summary(docstring: str) -> str:
 
 def settings(options_class) -> tuple[Setting, ...]:
     hints = typing.get_type_hints(options_class)
-    return tuple(Setting(name, _type_name(hints[name]), value) for name, value in defaults(options_class).items())
+    limits, choices = getattr(options_class, "LIMITS", {}), getattr(options_class, "CHOICES", {})
+    return tuple(Setting(name, _type_name(hints[name]), value, limits.get(name), choices.get(name))
+                 for name, value in defaults(options_class).items())
 
 
 def _type_name(hint) -> str:

@@ -18,10 +18,12 @@ from psycopg import sql as pgsql
 
 from stark_pg.db.settings import local_setting
 from stark_pg.embed import encode_query
+from stark_pg.options import MethodOptions
 from stark_pg.resources import template_sections
 from stark_pg.retrieve import Hit, Ranking
 from stark_pg.skb.catalog import require_skb
-from stark_pg.train.fusion_model import FusionModel, chosen_trees, feature_columns, feature_pairs, load
+from stark_pg.models.fusion import (FusionModel, FusionSettings, chosen_trees, dense_arguments, feature_columns,
+                                   feature_pairs, fold_models, load, query_features, search_dense)
 
 EXPLAINED_RESULTS = 5
 
@@ -30,7 +32,7 @@ NEEDS = ("training",)  # a model trained on the SKB's train split first
 
 
 @dataclass
-class Options:
+class Options(MethodOptions):
     name: str = "default"        # the trained model (`stark-pg train fusion SKB --name ...`)
     explain: bool = False        # per-result contributions of every feature in the trace
 
@@ -45,8 +47,6 @@ def template(name: str, model: FusionModel) -> pgsql.Composed:
 def rank_params(skb: str, query: str, vector, model: FusionModel, k: int, dense=None) -> dict:
     """The parameters of sql/templates/fusion.sql's `rank` (and `features`) for a query and its embedding
     under this model: its settings, its (field, scorer) pairs, and its trained_dense vectors if any."""
-    from stark_pg.train.fusion import dense_arguments
-
     s = model.settings
     fields, scorers = feature_pairs(model.features)
     return {"skb": skb, "query": query, "embedding": vector, "model": model.embed_model, "pool": s["pool"],
@@ -88,24 +88,20 @@ def generic_plan(conn: psycopg.Connection):
     (`plan_cache_mode = force_generic_plan`, SET LOCAL). The statement holds the compiled trees (100 a
     model, 3 models in a default bag) and, inlined, stark.fusion_features' whole query; by default the
     server plans all of it afresh for each question's values. Generic, and once psycopg has prepared the
-    statement (its fifth run on a connection), the plan is reused: on 30 val questions, SQL p50 97 ms
-    against 137 for a bag of three, 73 against 95 for one model (docs/fusion.md, "Latency")."""
+    statement (its fifth run on a connection), the plan is reused and that planning is saved on every
+    search after (docs/fusion.md, "Latency", has the figures)."""
     with local_setting(conn, "plan_cache_mode", "force_generic_plan"):
         yield
 
 
 def trained_dense(query: str, model: FusionModel):
     """The query under every fold model of a model trained with `--dense` (else None)."""
-    from stark_pg.train.fusion import fold_models, search_dense
-
     name = model.settings.get("dense")
     return search_dense(query, fold_models(name, model.settings["dense_folds"])) if name else None
 
 
 def contributions(conn, skb: str, query: str, vector, model: FusionModel, node_ids: list[int], dense=None) -> dict:
     """{node: {feature: contribution}} (the largest ten by size, and the bias), from the stored models."""
-    from stark_pg.train.fusion import FusionSettings, query_features
-
     s = model.settings
     settings = FusionSettings(pool=s["pool"], knn=s["knn"], link=s["link"])
     ids, X = query_features(conn, skb, query, vector, settings, model.embed_model, dense)

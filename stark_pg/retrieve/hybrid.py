@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import psycopg
 
 from stark_pg.embed import canonical_name, encode_query
-from stark_pg.options import OptionError
+from stark_pg.options import MethodOptions, OptionError
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Hit, Ranking
 from stark_pg.retrieve.vss import ef_search_set
@@ -23,7 +23,7 @@ NEEDS = ()  # nothing beyond the SKB and its indexes
 
 
 @dataclass
-class Options:
+class Options(MethodOptions):
     fusion: str = "rrf"          # rrf | weighted
     weight: float = 0.5          # share of BM25 (the rest is VSS)
     pool: int = 100              # nodes each retriever contributes
@@ -32,11 +32,13 @@ class Options:
     ef_search: int | None = None  # VSS's index candidate list (default max(pool, 100))
     LIMITS = {"weight": (0.0, 1.0), "pool": (1, 10_000), "rrf_k": (1, 1_000_000), "ef_search": (1, 1000)}
 
+    def check(self) -> None:
+        if self.fusion not in ("rrf", "weighted"):
+            raise OptionError(f"hybrid fusion must be rrf or weighted, not {self.fusion!r}")
+
 
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
     options = options or Options()
-    if options.fusion not in ("rrf", "weighted"):
-        raise OptionError(f"hybrid fusion must be rrf or weighted, not {options.fusion!r}")
     require_skb(conn, skb)
     model = canonical_name(options.model)
     started = time.perf_counter()

@@ -1,7 +1,7 @@
 """mFAR (Li et al., Multi-Field Adaptive Retrieval): per-field BM25 and dense scores, weighed per query.
 
 Python embeds the query and turns it into one weight per (field, scorer) pair with the trained gate
-(stark_pg/train/mfar_model.py); `stark.mfar` (sql/functions/mfar.sql) then unites each pair's
+(stark_pg/models/mfar.py); `stark.mfar` (sql/functions/mfar.sql) then unites each pair's
 shortlist and computes the weighted score of every candidate in one statement, the weights bound as
 parameters. Train a model first: `stark-pg train mfar SKB --variant all`.
 """
@@ -16,11 +16,12 @@ import numpy as np
 import psycopg
 
 from stark_pg.embed import encode_query
+from stark_pg.options import MethodOptions
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Hit, Ranking
 from stark_pg.skb.catalog import require_skb
 from stark_pg.skb.records import LoadError
-from stark_pg.train.mfar_model import MfarModel, load_model, parse_mask
+from stark_pg.models.mfar import MfarModel, load_model, parse_mask
 
 EXPLAINED_RESULTS = 10
 
@@ -29,7 +30,7 @@ NEEDS = ("training",)  # a model trained on the SKB's train split first
 
 
 @dataclass
-class Options:
+class Options(MethodOptions):
     name: str = "all"            # the trained model (by default models are named after their variant)
     mask: str | None = None      # comma-separated FIELD[:lexical|dense] whose weights are zeroed
     pool: int = 100              # shortlist size of each (field, scorer) pair

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import psycopg
 
 from stark_pg.embed import canonical_name, encode_query
-from stark_pg.options import OptionError
+from stark_pg.options import MethodOptions, OptionError
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Hit, Ranking
 from stark_pg.retrieve.vss import ef_search_set
@@ -26,7 +26,7 @@ NEEDS = ()  # nothing beyond the SKB and its indexes
 
 
 @dataclass
-class Options:
+class Options(MethodOptions):
     model: str | None = None     # embedding model (default all-MiniLM-L6-v2); must match what was indexed
     agg: str = "max"             # max | mean (of the `top` best chunks of a node)
     top: int = 3                 # chunks averaged by agg=mean
@@ -35,11 +35,13 @@ class Options:
     ef_search: int | None = None  # the chunk index's candidate list (default: max(pool, 100))
     LIMITS = {"ef_search": (1, 1000)}
 
+    def check(self) -> None:
+        if self.agg not in ("max", "mean"):
+            raise OptionError(f"multivss agg must be max or mean, not {self.agg!r}")
+
 
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
     options = options or Options()
-    if options.agg not in ("max", "mean"):
-        raise OptionError(f"multivss agg must be max or mean, not {options.agg!r}")
     model = canonical_name(options.model)
     started = time.perf_counter()
     vector = encode_query(query, model)

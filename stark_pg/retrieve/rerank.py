@@ -63,6 +63,15 @@ def documents(conn: psycopg.Connection, skb: str, node_ids: list[int], doc_chars
     return {int(node_id): _clip(text or "", doc_chars) for node_id, text in rows}
 
 
+def check_rerank(doc_chars: int, sim_weight: float) -> None:
+    """The reranking settings of vss+rerank and 4stepfocus, checked by their Options (and by `rerank`
+    itself, which other code calls too)."""
+    if doc_chars <= 0:
+        raise OptionError(f"doc_chars must be positive, not {doc_chars}")
+    if sim_weight < 0:
+        raise OptionError(f"sim_weight must be 0 or more, not {sim_weight}")
+
+
 def rerank(conn: psycopg.Connection, skb: str, query: str, node_ids: list[int], client: LLMClient, *,
            doc_chars: int = DOC_CHARS, batch: bool = False, with_relations: bool = False, sim_weight: float = SIM_WEIGHT,
            trace: dict | None = None) -> list[Hit]:
@@ -72,10 +81,7 @@ def rerank(conn: psycopg.Connection, skb: str, query: str, node_ids: list[int], 
     If `trace` is given, `trace["rerank"]` receives the prompt style, the per-candidate scores and
     the candidates whose reply was invalid.
     """
-    if doc_chars <= 0:
-        raise OptionError(f"doc_chars must be positive, not {doc_chars}")
-    if sim_weight < 0:
-        raise OptionError(f"sim_weight must be 0 or more, not {sim_weight}")
+    check_rerank(doc_chars, sim_weight)
     node_ids = list(dict.fromkeys(int(n) for n in node_ids))
     if not node_ids:
         return []

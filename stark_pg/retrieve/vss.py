@@ -25,6 +25,7 @@ import psycopg
 
 from stark_pg.db.settings import local_setting
 from stark_pg.embed import canonical_name, encode_query, is_api_model
+from stark_pg.options import MethodOptions
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Hit, Ranking
 
@@ -37,7 +38,7 @@ class MissingQueryVector(LookupError):
 
 
 @dataclass
-class Options:
+class Options(MethodOptions):
     model: str | None = None     # embedding model (default all-MiniLM-L6-v2, openai:MODEL, or an imported one); as indexed
     exact: bool = False          # scan every vector instead of the HNSW index (the ground truth, slower)
     ef_search: int | None = None  # the index's candidate list (hnsw.ef_search); default max(k, 100)

@@ -15,31 +15,32 @@ from dataclasses import dataclass
 import psycopg
 
 from stark_pg.llm import client_from_options
-from stark_pg.options import OptionError
+from stark_pg.options import LLMOptions, OptionError
 from stark_pg.retrieve import Hit, Ranking, vss
-from stark_pg.retrieve.rerank import DOC_CHARS, SIM_WEIGHT, rerank
+from stark_pg.retrieve.rerank import DOC_CHARS, SIM_WEIGHT, check_rerank, rerank
 
 
 NEEDS = ("llm",)  # an LLM at query time (see README: LLMs)
 
 
 @dataclass
-class Options:
+class Options(LLMOptions):
     k_max: int = 20               # VSS candidates the LLM reranks
     model: str | None = None      # embedding model of the VSS step (default all-MiniLM-L6-v2)
     doc_chars: int = DOC_CHARS    # characters of each candidate's document shown to the LLM
-    llm: str | None = None        # PROVIDER:MODEL, e.g. openai:gpt-4o-mini (None: STARK_PG_LLM)
-    base_url: str | None = None   # OpenAI/Anthropic-compatible server (None: STARK_PG_LLM_BASE_URL)
-    cache: str | None = None      # use | only | refresh (None: STARK_PG_LLM_CACHE, else use)
     batch: bool = False           # all k_max candidates in one prompt instead of one request each
     relations: bool = False       # documents include their relations (neighbour names)
     sim_weight: float = SIM_WEIGHT  # weight of the VSS order added to the LLM's score (STaRK: 0.1)
 
+    def check(self) -> None:
+        super().check()
+        if self.k_max <= 0:
+            raise OptionError(f"vss+rerank k_max must be positive, not {self.k_max}")
+        check_rerank(self.doc_chars, self.sim_weight)
+
 
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
     options = options or Options()
-    if options.k_max <= 0:
-        raise OptionError(f"vss+rerank k_max must be positive, not {options.k_max}")
     client = client_from_options(conn, llm=options.llm, base_url=options.base_url, cache=options.cache)
     first = vss.search(conn, skb, query, max(k, options.k_max), vss.Options(model=options.model))
     head, rest = first.hits[:options.k_max], first.hits[options.k_max:]

@@ -41,6 +41,12 @@ def origin(label: str, position: Position | None) -> str:
     return f"{label} {position}"
 
 
+class MissingIndex(LookupError):
+    """A search needs an index (or a trained model) the SKB does not have yet: the message says which
+    command builds it. Beside LoadError because both say what the SKB lacks, and both the retrieval
+    methods and the models they load raise it."""
+
+
 class LoadError(Exception):
     """Bad input: the message names the file and line (or key) at fault."""
 

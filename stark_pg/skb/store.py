@@ -13,7 +13,7 @@ runs it: stark_pg.index.refresh) redoes only the nodes whose text changed.
 Memory stays flat as inputs grow: nodes and edges stream into COPY; only the set of node ids is
 kept (to check edge endpoints and answer ids), and node text is spooled to a temporary file while
 the node rows stream, then copied into `node_field`. Edges go into a new partition of `stark.edge`
-that gets its indexes in bulk afterwards (30x faster than maintaining two btrees row by row).
+that gets its indexes in bulk afterwards (far cheaper than maintaining two btrees row by row).
 """
 
 from __future__ import annotations

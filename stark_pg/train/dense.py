@@ -70,7 +70,7 @@ class DenseSettings:
     weight_decay: float = 0.01
     warmup: float = 0.1                  # share of the steps with a linearly rising learning rate
     max_doc_tokens: int = 128            # documents are cut to this many tokens while training
-    negative_gradients: bool = False     # backpropagate through the hard negatives too (about 3x slower)
+    negative_gradients: bool = False     # backpropagate through the hard negatives too (several times slower)
     eval_pool: int = 20                  # held-out queries are re-ranked among their base VSS top N
     holdout: float = 0.2
     seed: int = 0

@@ -23,9 +23,11 @@ from functools import partial
 import numpy as np
 import psycopg
 
-from stark_pg.embed import canonical_name, encode, encode_query
+from stark_pg.embed import canonical_name, encode
 from stark_pg.eval import metrics
 from stark_pg.eval.query_sets import fold_of, from_split
+from stark_pg.models.fusion import (TREE_SETTINGS, CrossFitted, FusionModel, FusionSettings, compile_sql, fit_bag,
+                                   fold_models, query_features, save, search_dense, tree_grid)
 from stark_pg.progress import NullReporter, Reporter
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve.focus.answer_type import embed_split
@@ -33,23 +35,9 @@ from stark_pg.skb.catalog import require_skb
 from stark_pg.skb.locks import lock_skb_name
 from stark_pg.train.dense import FOLD_SEED
 from stark_pg.train.extra_queries import ExtraQueries, read_extra_training_queries
-from stark_pg.train.fusion_model import (TREE_SETTINGS, FusionModel, FusionSettings, compile_sql, fit_bag, save,
-                                        tree_grid)
 
 
 MAX_LINK = 20     # stark.link_queries stores this many name matches per training question
-
-
-@dataclass
-class CrossFitted:
-    """The fine-tuned dense models one query's trained_dense feature averages, and its vector under each."""
-    models: list[str]
-    vectors: list
-
-
-def fold_models(name: str, folds: int) -> list[str]:
-    """The names `train dense --fold k/n` models go by here: model k was trained without fold k."""
-    return [f"{name}-fold{k}of{folds}" for k in range(folds)]
 
 
 def check_fold_models(conn: psycopg.Connection, skb_id: int, skb: str, name: str, folds: int) -> list[str]:
@@ -80,32 +68,12 @@ def cross_fitted(conn: psycopg.Connection, skb_id: int, queries: list, name: str
     return out
 
 
-def dense_arguments(dense: CrossFitted | None) -> dict:
-    """stark.fusion_features' `dense_models` and `dense_qvecs` (NULL without trained_dense)."""
-    return {"dense_models": dense.models if dense else None, "dense_qvecs": dense.vectors if dense else None}
-
-
-def search_dense(text: str, models: list[str]) -> CrossFitted:
-    """A new query (never trained on): every fold's model, whose cosines the feature averages."""
-    return CrossFitted(models, [encode_query(text, m) for m in models])
-
-
 @dataclass
 class QueryFeatures:
     query_id: int
     node_ids: list[int]
     X: np.ndarray
     y: np.ndarray
-
-
-def query_features(conn: psycopg.Connection, skb: str, body: str, vector, settings: FusionSettings, model: str,
-                   dense: "CrossFitted | None" = None):
-    """(node ids, feature matrix) of one query's candidates, exactly as search computes them; `dense`
-    (the trained_dense feature) is the fine-tuned models and the query's vector under each."""
-    rows = list(sql().fusion_features(conn, skb=skb, query=body, embedding=vector, model=model,
-                                      pool=settings.pool, knn=settings.knn, link=settings.link,
-                                      **dense_arguments(dense)))
-    return [int(r[0]) for r in rows], np.array([r[1] for r in rows], dtype=np.float64).reshape(len(rows), -1)
 
 
 def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | None = None,

@@ -7,9 +7,8 @@ normalisation, a scale per pair) over those small matrices: minutes of SQL, seco
 
 The loss is mFAR's contrastive loss: for each answer of a query, its score against the scores of the
 query's negatives, divided by a temperature. The paper's 0.05 suits its raw scores; ours are
-standardised (unit variance per pair), and on a 20% holdout of the slice's training queries 0.5 did
-best among 0.05, 0.1, 0.2, 0.5 and 1.0 (MRR 0.391, 0.416, 0.429, 0.437, 0.417 for variant all), so
-0.5 is the default. Negatives are the query's candidates that are not
+standardised (unit variance per pair), so the temperature was chosen again, on a holdout of the
+training queries among 0.05, 0.1, 0.2, 0.5 and 1.0: 0.5 did best and is the default. Negatives are the query's candidates that are not
 answers, i.e. the hard negatives of every pair's shortlist (BM25 and dense), plus `negatives`
 nodes drawn at random from the whole SKB (standing in for in-batch negatives: random nodes, scored
 for this query). Scores are standardised per pair with their mean and standard deviation over the
@@ -31,10 +30,11 @@ import psycopg
 from stark_pg.embed import canonical_name, encode
 from stark_pg.eval import metrics
 from stark_pg.eval.query_sets import HOLDOUT, EvalQuery, QuerySet, from_split, hold_out
+from stark_pg.models.mfar import MfarModel, Pair, save_model, skb_fields, variant_pairs
 from stark_pg.progress import NullReporter, Reporter
 from stark_pg.resources import queries as sql
 from stark_pg.skb.catalog import require_skb
-from stark_pg.train.mfar_model import MfarModel, Pair, save_model, skb_fields, variant_pairs
+from stark_pg.train.mfar_fit import contrastive_loss, epoch_record, gate_arrays, ranking_metrics
 
 
 @dataclass
@@ -259,38 +259,6 @@ def fit_gate(train: list[QueryFeatures], stop: list[QueryFeatures], settings: Tr
                 break
     weight, bias, gammas = best[2]
     return FittedGate(weight, bias, gammas, means, scales, history, best[1])
-
-
-STOP_METRICS = ("hit@1", "hit@5", "recall@20", "mrr")
-
-
-def epoch_record(epoch: int, loss_total: float | None, count: int, split: str, measured: dict) -> dict:
-    """One row of a training history (stored with the model): the epoch, its mean loss (None before
-    training) and the early-stopping metrics prefixed with their split, e.g. `val_mrr`."""
-    loss = None if loss_total is None else round(loss_total / max(count, 1), 5)
-    return {"epoch": epoch, "loss": loss, **{f"{split}_{k}": round(v, 4) for k, v in measured.items()}}
-
-
-def contrastive_loss(logits, is_answer):
-    """mFAR's loss for one query: each answer's logit against the log-sum-exp of the negatives' logits.
-
-    `logits` are scores over the temperature, `is_answer` a boolean mask with at least one negative."""
-    import torch
-
-    negatives = torch.logsumexp(logits[~is_answer], dim=0)
-    positives = logits[is_answer]
-    return (torch.logaddexp(positives, negatives) - positives).mean()
-
-
-def ranking_metrics(features: QueryFeatures, scores: np.ndarray) -> dict:
-    """The early-stopping metrics of one query ranked by `scores` (ties by node id, as stark.mfar orders)."""
-    order = np.lexsort((features.node_ids, -scores))
-    return metrics.evaluate(features.node_ids[order].tolist(), features.query.answer_ids, names=STOP_METRICS)
-
-
-def gate_arrays(gate) -> tuple[np.ndarray, np.ndarray]:
-    """A torch gate's weight and bias as float64 numpy copies (what stark.mfar_model stores)."""
-    return (gate.weight.detach().numpy().astype(np.float64).copy(), gate.bias.detach().numpy().astype(np.float64).copy())
 
 
 def _snapshot(gate, log_gamma) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -25,9 +25,9 @@ from stark_pg.config import home_dir
 from stark_pg.embed import fresh_model
 from stark_pg.eval import metrics
 from stark_pg.index.dense import find_model, statement
+from stark_pg.models.mfar import Pair, gate_softmax
 from stark_pg.progress import NullReporter, Reporter
-from stark_pg.train.mfar import contrastive_loss, epoch_record, gate_arrays, ranking_metrics
-from stark_pg.train.mfar_model import Pair, gate_softmax
+from stark_pg.train.mfar_fit import contrastive_loss, epoch_record, gate_arrays, ranking_metrics
 
 HARD_NEGATIVES = 31
 ENCODER_LR = 2e-5

@@ -25,10 +25,10 @@ from stark_pg.embed import canonical_name, encode_query
 from stark_pg.eval import metrics
 from stark_pg.eval.query_sets import QuerySet, from_split, hold_out
 from stark_pg.progress import NullReporter, Reporter
+from stark_pg.models.qagnn import (Graph, Vocabulary, build_graph, collate, fetch_subgraph, new_network,
+                                   node_vectors, query_grams, rerank, save_model, torch_threads)
+from stark_pg.retrieve.qagnn import FIRST_STAGES, first_stage
 from stark_pg.skb.catalog import require_skb
-from stark_pg.train.qagnn_model import (FIRST_STAGES, Graph, Vocabulary, build_graph, collate, fetch_subgraph,
-                                        first_stage, new_network, node_vectors, query_grams, rerank, save_model,
-                                        torch_threads)
 
 STOP_METRICS = ("hit@1", "hit@5", "recall@20", "mrr")
 

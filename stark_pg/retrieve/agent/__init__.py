@@ -22,13 +22,12 @@ import psycopg
 
 from stark_pg.embed import canonical_name, encode_query
 from stark_pg.llm import client_from_options
-from stark_pg.options import OptionError
+from stark_pg.options import LLMOptions, OptionError
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Hit, MissingIndex, Ranking, get_method
 from stark_pg.retrieve.agent import sandbox
 from stark_pg.retrieve.agent.categories import ANY, category_of, voted_type
 from stark_pg.retrieve.agent.slots import SlotSource, bind_values, shown
-from stark_pg.retrieve.expand import LLMOptions
 from stark_pg.skb.catalog import require_skb
 
 
@@ -42,6 +41,13 @@ class Options(LLMOptions):
     timeout_ms: int = 5000        # statement timeout of a program
     row_limit: int = 1000         # rows read from a program
     model: str | None = None      # embedding model of :query_vector and the category vote
+
+    def check(self) -> None:
+        super().check()
+        if self.timeout_ms <= 0 or self.row_limit <= 0:
+            raise OptionError("agent timeout_ms and row_limit must be positive")
+        if self.fallback == "agent":
+            raise OptionError("agent fallback must be another method")
 
 
 @dataclass
@@ -96,11 +102,7 @@ def _short_vectors(sql_text: str) -> str:
 
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
     o = options or Options()
-    if o.timeout_ms <= 0 or o.row_limit <= 0:
-        raise OptionError("agent timeout_ms and row_limit must be positive")
     fallback = get_method(o.fallback)
-    if o.fallback == "agent":
-        raise OptionError("agent fallback must be another method")
     skb_id = require_skb(conn, skb)
     run_id, programs = trained_programs(conn, skb, skb_id, o.run)
     model = canonical_name(o.model)

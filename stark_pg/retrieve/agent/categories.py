@@ -2,8 +2,7 @@
 
 The AvaTaR line asks the LLM to group the training questions (12 groups in the Agent Retriever
 paper). Here a question's category is the answer type the nearest training questions vote for
-(`stark.answer_type_votes`, which names the answers' type for 92% of the STaRK-Prime slice's val
-questions): no LLM call, the same at training and at test time (a training question does not vote
+(`stark.answer_type_votes`, which names the answers' type more often than a small LLM does): no LLM call, the same at training and at test time (a training question does not vote
 for itself), and each category's program can lean on its type. Types with too few training
 questions share the category `any`.
 """

@@ -28,7 +28,6 @@ gets the timeout only (`memory_bounded` says which applies).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import weakref
 from contextlib import contextmanager
@@ -40,6 +39,8 @@ import sqlglot
 from psycopg import conninfo
 from sqlglot import exp
 from sqlglot.errors import ParseError
+
+from stark_pg.config import ENV_AGENT_PASSWORD, env
 
 AGENT_ROLE = "stark_agent"
 TOOLKIT_SCHEMA = "agent"
@@ -280,8 +281,9 @@ def agent_connection(conn: psycopg.Connection) -> psycopg.Connection:
     params = conninfo.conninfo_to_dict(conn.info.dsn)
     params["user"] = AGENT_ROLE
     params.pop("password", None)
-    if os.environ.get("STARK_PG_AGENT_PASSWORD"):
-        params["password"] = os.environ["STARK_PG_AGENT_PASSWORD"]
+    password = env(ENV_AGENT_PASSWORD)
+    if password:
+        params["password"] = password
     dsn = conninfo.make_conninfo(**params)
     key = (dsn, threading.get_ident())
     with _lock:

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from stark_pg.embed import canonical_name, encode, encode_query
 from stark_pg.llm import LLMClient, LLMInvalidOutput, client_from_options
-from stark_pg.options import OptionError
+from stark_pg.options import LLM_SETTINGS, LLMOptions, MethodOptions, OptionError
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Hit, Ranking
 from stark_pg.retrieve.hybrid import Options as HybridOptions
@@ -41,27 +41,20 @@ SYSTEM = "You help a search engine over a knowledge base. You reply with JSON on
 
 
 @dataclass
-class RetrieverOptions:
+class RetrieverOptions(MethodOptions):
     retriever: str = "vss"        # vss | bm25 | hybrid: retrieves the expanded query (and any first pass)
     combine: str = "concat"       # vss/hybrid: embed query + expansions as one text (concat) or average vectors (mean)
     model: str | None = None      # embedding model (default all-MiniLM-L6-v2)
     query_weight: float = 0.0     # vss/hybrid: share of the plain query's embedding mixed in (0: the papers')
 
-
-@dataclass
-class LLMOptions:
-    llm: str | None = None        # PROVIDER:MODEL, e.g. openai:gpt-4o-mini (None: STARK_PG_LLM)
-    base_url: str | None = None   # OpenAI/Anthropic-compatible server (None: STARK_PG_LLM_BASE_URL)
-    cache: str | None = None      # use | only | refresh (None: STARK_PG_LLM_CACHE, else use)
-
-
-def check(o: RetrieverOptions) -> None:
-    if o.retriever not in RETRIEVERS:
-        raise OptionError(f"retriever must be one of {', '.join(RETRIEVERS)}, not {o.retriever!r}")
-    if o.combine not in COMBINES:
-        raise OptionError(f"combine must be one of {', '.join(COMBINES)}, not {o.combine!r}")
-    if not 0.0 <= o.query_weight <= 1.0:
-        raise OptionError(f"query_weight must be between 0 and 1, not {o.query_weight}")
+    def check(self) -> None:
+        super().check()
+        if self.retriever not in RETRIEVERS:
+            raise OptionError(f"retriever must be one of {', '.join(RETRIEVERS)}, not {self.retriever!r}")
+        if self.combine not in COMBINES:
+            raise OptionError(f"combine must be one of {', '.join(COMBINES)}, not {self.combine!r}")
+        if not 0.0 <= self.query_weight <= 1.0:
+            raise OptionError(f"query_weight must be between 0 and 1, not {self.query_weight}")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -301,14 +294,13 @@ def run(conn: psycopg.Connection, skb: str, query: str, k: int, o: RetrieverOpti
     the plain retriever, with `trace["fallback"]` saying why; a failed call (timeout, HTTP error, a
     cache miss under cache=only) raises, so an evaluation records the query as failed.
     """
-    check(o)
     skb_id = require_skb(conn, skb)
     client = None
     if isinstance(o, LLMOptions):
         client = client_from_options(conn, llm=o.llm, base_url=o.base_url, cache=o.cache)
     ctx = Context(conn, skb, skb_id, query, o, client)
     ctx.trace.update({"method": method, "options": {key: value for key, value in asdict(o).items()
-                                                    if key not in ("llm", "base_url", "cache")}})
+                                                    if key not in LLM_SETTINGS}})
     started = time.perf_counter()
     expansions: list[str] = []
     if client is None:

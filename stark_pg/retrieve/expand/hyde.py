@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import psycopg
 
 from stark_pg.retrieve import Ranking
-from stark_pg.retrieve.expand import Context, LLMOptions, RetrieverOptions, ask_text, run
+from stark_pg.options import LLMOptions
+from stark_pg.retrieve.expand import Context, RetrieverOptions, ask_text, run
 
 PROMPT = """{structure}
 

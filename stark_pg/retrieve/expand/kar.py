@@ -20,12 +20,11 @@ Relational Retrieval"), section 4, with the graph work in PostgreSQL:
    expansions is retrieved (stark_pg.retrieve.expand.retrieve).
 
 `anchors=retrieved` replaces steps 1-2: the anchors are the first retrieval's top `max_entities` nodes,
-and the LLM is called once. On the STaRK-Prime slice most entities a 1.5B model names have no node
-(12 of 81 on val[:40] matched one by name: the slice holds 3.4K of PrimeKG's 129K nodes), so their
-"neighbours" are those of a look-alike, while RAR and AGR, which show the LLM the first retrieval's
-documents, were the expansions that did best (docs/kar.md). This grounds KAR's relations in nodes the
-SKB does hold. It did not help there (train[:30]: MRR 0.292 against KAR's 0.317 and VSS's 0.388; the
-model's expansions still name other entities), so the paper's entity parsing stays the default.
+and the LLM is called once. On an SKB that holds a slice of its knowledge graph, most entities a small
+model names have no node, so their "neighbours" are those of a look-alike, while RAR and AGR, which
+show the LLM the first retrieval's documents, were the expansions that did best (docs/kar.md). This
+grounds KAR's relations in nodes the SKB does hold. It did not help there (the model's expansions
+still name other entities; docs/kar.md), so the paper's entity parsing stays the default.
 """
 
 from __future__ import annotations
@@ -37,10 +36,10 @@ import psycopg
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from stark_pg.embed import canonical_name, encode, encode_query
-from stark_pg.options import OptionError
+from stark_pg.options import LLMOptions, OptionError
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Ranking
-from stark_pg.retrieve.expand import (SYSTEM, Context, Document, LLMOptions, RetrieverOptions, ask_texts, clip,
+from stark_pg.retrieve.expand import (SYSTEM, Context, Document, RetrieverOptions, ask_texts, clip,
                                       documents, run)
 
 ENTITIES = """{structure}
@@ -129,20 +128,23 @@ class Options(LLMOptions, RetrieverOptions):
     last_hop: str = "exact"       # index: the last hop walks the HNSW index (approximate, faster at Prime's size)
     max_tokens: int = 400         # the expansion reply's limit (three documents as JSON objects need ~300)
 
+    def check(self) -> None:
+        super().check()
+        for name in ("hops", "top_k", "per_hop_cap", "n", "doc_chars", "budget", "match_pool"):
+            if getattr(self, name) <= 0:
+                raise OptionError(f"kar {name} must be positive, not {getattr(self, name)}")
+        if self.hops > 6:
+            raise OptionError(f"kar hops must be at most 6, not {self.hops}")
+        if self.last_hop not in LAST_HOPS:
+            raise OptionError(f"kar last_hop must be {' or '.join(LAST_HOPS)}, not {self.last_hop!r}")
+        if self.anchors not in ANCHORS:
+            raise OptionError(f"kar anchors must be {' or '.join(ANCHORS)}, not {self.anchors!r}")
+        if self.anchors == "retrieved" and self.max_entities <= 0:
+            raise OptionError(f"kar max_entities must be positive with anchors=retrieved, not {self.max_entities}")
+
 
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
     o = options or Options()
-    for name in ("hops", "top_k", "per_hop_cap", "n", "doc_chars", "budget", "match_pool"):
-        if getattr(o, name) <= 0:
-            raise OptionError(f"kar {name} must be positive, not {getattr(o, name)}")
-    if o.hops > 6:
-        raise OptionError(f"kar hops must be at most 6, not {o.hops}")
-    if o.last_hop not in LAST_HOPS:
-        raise OptionError(f"kar last_hop must be {' or '.join(LAST_HOPS)}, not {o.last_hop!r}")
-    if o.anchors not in ANCHORS:
-        raise OptionError(f"kar anchors must be {' or '.join(ANCHORS)}, not {o.anchors!r}")
-    if o.anchors == "retrieved" and o.max_entities <= 0:
-        raise OptionError(f"kar max_entities must be positive with anchors=retrieved, not {o.max_entities}")
 
     def expand(ctx: Context) -> list[str]:
         model = canonical_name(o.model)

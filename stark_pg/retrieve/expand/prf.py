@@ -20,11 +20,14 @@ class Options(RetrieverOptions):
     n: int = 3                    # top documents of the first retrieval added to the query
     doc_chars: int = 300          # characters of each of them
 
+    def check(self) -> None:
+        super().check()
+        if self.n <= 0 or self.doc_chars <= 0:
+            raise OptionError(f"prf n and doc_chars must be positive, not {self.n}, {self.doc_chars}")
+
 
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
     o = options or Options()
-    if o.n <= 0 or o.doc_chars <= 0:
-        raise OptionError(f"prf n and doc_chars must be positive, not {o.n}, {o.doc_chars}")
 
     def expand(ctx: Context) -> list[str]:
         return [clip(d.text, o.doc_chars) for d in ctx.first_pass(o.n)]

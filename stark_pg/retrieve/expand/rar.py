@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import psycopg
 
-from stark_pg.options import OptionError
+from stark_pg.options import LLMOptions, OptionError
 from stark_pg.retrieve import Ranking
-from stark_pg.retrieve.expand import Context, LLMOptions, RetrieverOptions, ask_text, listing, run
+from stark_pg.retrieve.expand import Context, RetrieverOptions, ask_text, listing, run
 
 PROMPT = """{structure}
 
@@ -34,11 +34,14 @@ class Options(LLMOptions, RetrieverOptions):
     words: int = 80
     max_tokens: int = 200
 
+    def check(self) -> None:
+        super().check()
+        if self.n <= 0 or self.doc_chars <= 0:
+            raise OptionError(f"rar n and doc_chars must be positive, not {self.n}, {self.doc_chars}")
+
 
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
     o = options or Options()
-    if o.n <= 0 or o.doc_chars <= 0:
-        raise OptionError(f"rar n and doc_chars must be positive, not {o.n}, {o.doc_chars}")
 
     def expand(ctx: Context) -> list[str]:
         docs = listing(ctx.first_pass(o.n), o.doc_chars)

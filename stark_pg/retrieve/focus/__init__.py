@@ -27,12 +27,12 @@ import psycopg
 
 from stark_pg.embed import canonical_name, encode_query
 from stark_pg.llm import client_from_options
-from stark_pg.options import OptionError
+from stark_pg.options import LLMOptions, OptionError
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Hit, Ranking
 from stark_pg.retrieve.focus import answer_type, link, triplets
 from stark_pg.retrieve.focus.substitute import substitute
-from stark_pg.retrieve.rerank import DOC_CHARS, SIM_WEIGHT, rerank
+from stark_pg.retrieve.rerank import DOC_CHARS, SIM_WEIGHT, check_rerank, rerank
 from stark_pg.skb.catalog import require_skb
 
 
@@ -40,10 +40,7 @@ NEEDS = ("llm",)  # an LLM at query time (see README: LLMs)
 
 
 @dataclass
-class Options:
-    llm: str | None = None            # PROVIDER:MODEL, e.g. openai:gpt-4o-mini (None: STARK_PG_LLM)
-    base_url: str | None = None       # OpenAI/Anthropic-compatible server (None: STARK_PG_LLM_BASE_URL)
-    cache: str | None = None          # use | only | refresh (None: STARK_PG_LLM_CACHE, else use)
+class Options(LLMOptions):
     respect_relations: bool = False   # substitution follows only the triplet's relation (the paper: any)
     directed: bool = False            # edges only head -> tail (default: either direction)
     k_max: int = 20                   # the candidate list: filtered first, padded by VSS; reranked with rerank
@@ -62,16 +59,21 @@ class Options:
     batch: bool = False               # rerank all k_max candidates in one prompt
     sim_weight: float = SIM_WEIGHT    # weight of the step-3 order added to the LLM's score (STaRK: 0.1)
 
+    def check(self) -> None:
+        super().check()
+        if self.k_max <= 0:
+            raise OptionError(f"4stepfocus k_max must be positive, not {self.k_max}")
+        if self.examples < 0:
+            raise OptionError(f"4stepfocus examples must be 0 or more, not {self.examples}")
+        if self.type_weight < 0 or self.type_k <= 0:
+            raise OptionError(f"4stepfocus type_weight must be 0 or more and type_k positive, not {self.type_weight}, "
+                              f"{self.type_k}")
+        answer_type.check_share(self.llm_type_share)
+        check_rerank(self.doc_chars, self.sim_weight)
+
 
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
     o = options or Options()
-    if o.k_max <= 0:
-        raise OptionError(f"4stepfocus k_max must be positive, not {o.k_max}")
-    if o.examples < 0:
-        raise OptionError(f"4stepfocus examples must be 0 or more, not {o.examples}")
-    if o.type_weight < 0 or o.type_k <= 0:
-        raise OptionError(f"4stepfocus type_weight must be 0 or more and type_k positive, not {o.type_weight}, {o.type_k}")
-    answer_type.check_share(o.llm_type_share)            # before the LLM call, not after it
     skb_id = require_skb(conn, skb)
     model = canonical_name(o.model)
     client = client_from_options(conn, llm=o.llm, base_url=o.base_url, cache=o.cache)

@@ -1,15 +1,14 @@
 """What type of node the question asks for, as probabilities over the SKB's node types.
 
 The paper takes the target variable's type from the LLM and ranks every node of that type first.
-A small model names it wrongly often enough that this costs more than it gains (on the STaRK-Prime
-slice's val split the 1.5B local model's target type is the answers' type for 70% of the
-questions), so the type here is a soft preference: the ranking adds `type_weight` times the type's
+A small model names it wrongly often enough that this costs more than it gains (docs/4stepfocus.md
+gives the figures), so the type here is a soft preference: the ranking adds `type_weight` times the type's
 probability to each node's cosine similarity (sql/functions/focus_rank.sql). Two sources are mixed:
 
 - the LLM's type (share `llm_type_share`, 0.5 by default);
 - the vote of the nearest training queries (the rest): each of the `type_k` queries of `type_split`
-  most similar to the question votes for the types of its answers (stark.answer_type_votes). On
-  the slice this vote names the answers' type for 92% of val questions.
+  most similar to the question votes for the types of its answers (stark.answer_type_votes), which
+  names the answers' type more often than a small LLM does.
 
 `llm_type_share=1` uses the LLM alone (no training queries needed); a `type_weight` of 2 or more
 ranks every node of the most probable type above every other node, as the paper does.

@@ -20,13 +20,13 @@ cannot change the target's candidates.
 from __future__ import annotations
 
 import difflib
-import re
 from dataclasses import asdict, dataclass, field
 
 import psycopg
 
 from stark_pg.embed import encode
 from stark_pg.resources import queries as sql
+from stark_pg.skb.names import normalize
 from stark_pg.retrieve.focus.substitute import Problem, Triplet
 from stark_pg.retrieve.focus.triplets import Schema, TripletReply, variable_name
 
@@ -72,11 +72,6 @@ class Prepared:
         if problem is not None:
             problem = Problem(problem.variables | {self.target: node_type}, problem.triplets)
         return Prepared(problem, self.target, node_type, self.links, self.dropped)
-
-
-def normalize(name: str) -> str:
-    """Python's twin of stark.focus_normalize: runs of characters other than letters and digits become one space."""
-    return re.sub(r"[\W_]+", " ", name.lower()).strip()
 
 
 def grounded(constant: str, question: str, share: float) -> bool:

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 import psycopg
 
+from stark_pg.embed import encode_query
 from stark_pg.resources import queries as sql
-from stark_pg.retrieve import MissingIndex
+from stark_pg.skb.records import MissingIndex
 
 
 @dataclass
@@ -180,8 +181,8 @@ def save(conn: psycopg.Connection, skb_id: int, model: FusionModel) -> None:
 
 def load(conn: psycopg.Connection, skb_id: int, skb: str, name: str) -> FusionModel:
     """The stored model, read once per version of its row in this process: the row holds the bag's
-    texts and compiled SQL (about 0.9 MB for the default bag on the slice, 9-11 ms a search to fetch and
-    decode), and a search needs them unchanged. Its features are checked against those computed now
+    texts and compiled SQL (large: fetching and decoding them would cost every search a noticeable share
+    of its time), and a search needs them unchanged. Its features are checked against those computed now
     when it is read."""
     version = sql().fusion_model_version(conn, skb_id=skb_id, name=name)
     if version is None:
@@ -217,3 +218,35 @@ def check_features(model: FusionModel, computed: list[str], skb: str) -> None:
             f"feature {changed + 1} ({model.features[changed]}) "
             f"is now computed as {computed[changed] if changed < len(computed) else 'none'}; retrain it: "
             f"`{train_command(skb, model.settings | {'name': model.name})}`")
+
+
+@dataclass
+class CrossFitted:
+    """The fine-tuned dense models one query's trained_dense feature averages, and its vector under each."""
+    models: list[str]
+    vectors: list
+
+
+def fold_models(name: str, folds: int) -> list[str]:
+    """The names `train dense --fold k/n` models go by here: model k was trained without fold k."""
+    return [f"{name}-fold{k}of{folds}" for k in range(folds)]
+
+
+def dense_arguments(dense: CrossFitted | None) -> dict:
+    """stark.fusion_features' `dense_models` and `dense_qvecs` (NULL without trained_dense)."""
+    return {"dense_models": dense.models if dense else None, "dense_qvecs": dense.vectors if dense else None}
+
+
+def search_dense(text: str, models: list[str]) -> CrossFitted:
+    """A new query (never trained on): every fold's model, whose cosines the feature averages."""
+    return CrossFitted(models, [encode_query(text, m) for m in models])
+
+
+def query_features(conn: psycopg.Connection, skb: str, body: str, vector, settings: FusionSettings, model: str,
+                   dense: "CrossFitted | None" = None):
+    """(node ids, feature matrix) of one query's candidates, exactly as search computes them; `dense`
+    (the trained_dense feature) is the fine-tuned models and the query's vector under each."""
+    rows = list(sql().fusion_features(conn, skb=skb, query=body, embedding=vector, model=model,
+                                      pool=settings.pool, knn=settings.knn, link=settings.link,
+                                      **dense_arguments(dense)))
+    return [int(r[0]) for r in rows], np.array([r[1] for r in rows], dtype=np.float64).reshape(len(rows), -1)

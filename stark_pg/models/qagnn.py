@@ -37,7 +37,7 @@ import psycopg
 
 from stark_pg.config import home_dir
 from stark_pg.resources import queries as sql
-from stark_pg.retrieve.focus.link import normalize
+from stark_pg.skb.names import normalize
 
 MAX_GRAM_WORDS = 5
 # words that name nodes by accident ("cell", "binding" are real names, but also the questions' wording)
@@ -109,7 +109,7 @@ def node_vectors(conn: psycopg.Connection, skb_id: int, embed_model: str, node_i
 
     tables = find_model(conn, embed_model)
     if tables is None:
-        from stark_pg.retrieve import MissingIndex
+        from stark_pg.skb.records import MissingIndex
 
         raise MissingIndex(f"no vectors of model {embed_model!r} in this database: run `stark-pg index SKB`")
     rows = conn.execute(statement("doc_vectors_of_nodes", tables),
@@ -448,9 +448,8 @@ def graph_for_query(conn: psycopg.Connection, skb_id: int, query: str, query_vec
 @contextmanager
 def torch_threads(count: int = 1):
     """Torch's intra-op threads set to `count` for a block. The graphs are small (hundreds of nodes, a
-    few thousand edges), and on this shared 2-core machine two threads made a forward pass 40 times
-    slower than one (3.5 s against 80 ms, measured with other jobs running) and a training epoch 3 to
-    10 times slower."""
+    few thousand edges): splitting so little work between threads costs more in synchronisation than it
+    gains, and far more on a machine whose cores other jobs share, so search and training run one."""
     import torch
 
     before = torch.get_num_threads()
@@ -476,16 +475,3 @@ def rerank(candidate_ids: np.ndarray, scores: np.ndarray) -> list[tuple[int, flo
     order = np.argsort(-scores, kind="stable")
     return [(int(candidate_ids[i]), float(scores[i])) for i in order]
 
-
-FIRST_STAGES = ("vss", "hybrid")
-
-
-def first_stage(conn: psycopg.Connection, skb: str, query: str, k: int, method: str, embed_model: str):
-    """The first stage's ranking (its node ids, scores and trace): `vss` or `hybrid` with their defaults."""
-    from stark_pg.retrieve import get_method
-
-    if method not in FIRST_STAGES:
-        raise ValueError(f"QA-GNN's first stage must be one of {', '.join(FIRST_STAGES)}, not {method!r}")
-    module = get_method(method)
-    ranking = module.search(conn, skb, query, k, module.Options(model=embed_model))
-    return [h.node_id for h in ranking.hits], [h.score for h in ranking.hits], ranking.trace
