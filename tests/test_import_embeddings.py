@@ -88,7 +88,9 @@ def test_the_databases_vectors_are_the_files(conn, skb, tmp_path):
     for query_id, tensor in queries.items():
         np.testing.assert_array_equal(rows[query_id].to_numpy(), tensor.numpy())
     index = f"{find_model(conn, 'stark-ada-002').doc_table}_hnsw__skb"
-    assert conn.execute("select count(*) from pg_indexes where indexname like %s", (index + "%",)).fetchone()[0] == 1
+    skb_id = conn.execute("select stark.skb_id(%s)", (skb,)).fetchone()[0]
+    # the new version's index (the replaced version's stays for its readers until the next load)
+    assert conn.execute("select count(*) from pg_indexes where indexname = %s", (f"{index}{skb_id}",)).fetchone()[0] == 1
 
 
 def test_vss_with_an_imported_query_vector_ranks_by_cosine_and_embeds_nothing(conn, skb, tmp_path, monkeypatch):
@@ -234,7 +236,9 @@ def test_cli_import_search_and_reload(conn, skb, cli, tmp_path):
     assert set(vectors) == set(range(29))
     np.testing.assert_array_equal(vectors[7], candidates[7].view(-1).numpy())
     index = f"{find_model(conn, 'stark-ada-002').doc_table}_hnsw__skb"
-    assert conn.execute("select count(*) from pg_indexes where indexname like %s", (index + "%",)).fetchone()[0] == 1
+    skb_id = conn.execute("select stark.skb_id(%s)", (skb,)).fetchone()[0]
+    # the new version's index (the replaced version's stays for its readers until the next load)
+    assert conn.execute("select count(*) from pg_indexes where indexname = %s", (f"{index}{skb_id}",)).fetchone()[0] == 1
     again = json.loads(cli("search", skb, body, "-m", "vss", "-o", "model=stark-ada-002", "--json").stdout)
     assert again["trace"]["query_vector"] == "imported"
 

@@ -34,9 +34,10 @@ ROOT = Path(__file__).resolve().parent.parent / "stark_pg"
 LAYERS: list[tuple[str, ...]] = [
     ("stark_pg", "stark_pg.__main__"),
     ("stark_pg.cli",),
+    ("stark_pg.results",),
     ("stark_pg.api",),
     ("stark_pg.loading",),
-    ("stark_pg.train",),
+    ("stark_pg.train", "stark_pg.synthesize"),
     ("stark_pg.eval", "stark_pg.retrieve"),
     ("stark_pg.models",),
     ("stark_pg.index",),

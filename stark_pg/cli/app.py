@@ -18,7 +18,7 @@ from stark_pg.cli import skb as skb_commands
 from stark_pg.cli import synthesize as synthesize_commands
 from stark_pg.cli import train as train_commands
 from stark_pg.cli import tune as tune_commands
-from stark_pg.cli.common import Context, fail
+from stark_pg.cli.common import Context, expected_errors, fail
 
 app = typer.Typer(
     name="stark-pg",
@@ -78,33 +78,6 @@ def _reflow_help(group: typer.Typer) -> None:
 
 
 _reflow_help(app)
-
-
-def expected_errors() -> tuple[type[BaseException], ...]:
-    """Failures a user can cause or fix (bad input or cache file, unknown name, method or option, missing
-    index or model, device, LLM or database unavailable): one line on stderr. Anything else is a bug: a
-    traceback."""
-    import psycopg
-
-    from stark_pg.db.connection import DatabaseError
-    from stark_pg.embed import DeviceError, ModelUnavailable
-    from stark_pg.eval.run_sources import CompareError
-    from stark_pg.llm.cache_io import CacheFileError
-    from stark_pg.llm.errors import LLMError
-    from stark_pg.options import OptionError
-    from stark_pg.retrieve import MissingIndex, UnknownMethod
-    from stark_pg.retrieve.vss import MissingQueryVector
-    from stark_pg.skb.records import LoadError
-    from stark_pg.skb.store import SkbExists
-
-    # psycopg: the server refused the input (DataError: out of range, bad encoding, an SQL function's
-    # invalid_parameter_value), one of our SQL functions raised on its arguments (RAISE EXCEPTION), or
-    # the connection was lost mid-command
-    return (LoadError, CacheFileError, CompareError, DatabaseError, SkbExists, OptionError, UnknownMethod,
-            MissingIndex, MissingQueryVector,
-            ModelUnavailable, DeviceError, LLMError, psycopg.OperationalError, psycopg.errors.DataError,
-            psycopg.errors.RaiseException,
-            UnicodeEncodeError)     # text that is not UTF-8 (bytes on a command line become lone surrogates)
 
 
 def _check_arguments_are_text(args: list[str]) -> None:

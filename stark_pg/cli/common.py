@@ -67,3 +67,30 @@ def writable_file(path: Path, option: str) -> Path:
     if path.exists() and not os.access(path, os.W_OK):
         fail(f"{option} {path}: the file is not writable")
     return path
+
+
+def expected_errors() -> tuple[type[BaseException], ...]:
+    """Failures a user can cause or fix (bad input or cache file, unknown name, method or option, missing
+    index or model, device, LLM or database unavailable): one line on stderr. Anything else is a bug: a
+    traceback."""
+    import psycopg
+
+    from stark_pg.db.connection import DatabaseError
+    from stark_pg.embed import DeviceError, ModelUnavailable
+    from stark_pg.eval.run_sources import CompareError
+    from stark_pg.llm.cache_io import CacheFileError
+    from stark_pg.llm.errors import LLMError
+    from stark_pg.options import OptionError
+    from stark_pg.retrieve import MissingIndex, UnknownMethod
+    from stark_pg.retrieve.vss import MissingQueryVector
+    from stark_pg.skb.records import LoadError
+    from stark_pg.skb.store import SkbExists
+
+    # psycopg: the server refused the input (DataError: out of range, bad encoding, an SQL function's
+    # invalid_parameter_value), one of our SQL functions raised on its arguments (RAISE EXCEPTION), or
+    # the connection was lost mid-command
+    return (LoadError, CacheFileError, CompareError, DatabaseError, SkbExists, OptionError, UnknownMethod,
+            MissingIndex, MissingQueryVector,
+            ModelUnavailable, DeviceError, LLMError, psycopg.OperationalError, psycopg.errors.DataError,
+            psycopg.errors.RaiseException,
+            UnicodeEncodeError)     # text that is not UTF-8 (bytes on a command line become lone surrogates)

@@ -69,7 +69,7 @@ def reproduce(
         for row in chosen:
             out.print(f"  {row.id} ({row.kind}): {row.command}", highlight=False, soft_wrap=True)
         return
-    from stark_pg.cli.app import expected_errors
+    from stark_pg.cli.common import expected_errors
 
     progress = reporter(quiet or json_)
     compared, not_run = [], []
@@ -133,11 +133,14 @@ def _run(conn, skb_id: int, name: str, row, path: Path, progress):
     """The row's `stark-pg eval` command parsed by eval's own parser and run through its code path."""
     import typer.main
 
-    from stark_pg.cli.app import app
+    from stark_pg.cli import evaluate
     from stark_pg.eval.session import choose_queries, method_options, run_methods
+    from stark_pg.retrieve import get_method
 
     where = f"{path}:{row.line}: row {row.id!r}"
-    command = typer.main.get_command(app).commands["eval"]
+    commands = typer.Typer()
+    evaluate.register(commands)             # eval's own parser, without the whole app (which imports this)
+    command = typer.main.get_command(commands).commands["eval"]
     try:
         params = command.make_context("stark-pg eval", row.args()[1:]).params
     except Exception as exc:                  # click's UsageError / BadParameter
@@ -148,10 +151,11 @@ def _run(conn, skb_id: int, name: str, row, path: Path, progress):
     if params.get("queries"):
         fail(f"{where}: --queries is not reproducible from the record (a file outside it); load the queries instead")
     mask = params.get("mask") or []
-    settings = method_options(methods, list(params.get("option") or []) + ([f"mfar.mask={','.join(mask)}"] if mask else []))
+    settings = method_options(methods, list(params.get("option") or []) + ([f"mfar.mask={','.join(mask)}"] if mask else []),
+                              resolve=get_method)
     chosen = choose_queries(conn, skb_id, name, params["split"], None, params.get("limit"))
     return run_methods(conn, skb_id, name, settings, chosen, depth=params["depth"], stored_k=params["stored_k"],
-                       progress=progress)[0]
+                       progress=progress, resolve=get_method)[0]
 
 
 def compare(row, outcome, tolerance: float) -> dict:
