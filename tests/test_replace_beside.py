@@ -310,7 +310,9 @@ def test_a_reader_of_the_old_version_finishes_on_it_and_a_new_reader_reads_the_n
 
 def test_readers_looping_through_two_replaces_see_no_error(db_url):
     """Readers calling every per-SKB read of the SQL API in a loop, each statement on its own snapshot,
-    while the SKB is replaced twice (and refreshed): every call answers (docs/loading.md's promise)."""
+    and the methods' searches (several statements each, run on one snapshot), while the SKB is replaced
+    twice (and refreshed): every call answers (docs/loading.md's promise). Before, a BM25 search that
+    resolved the name before a swap and read its indexed scopes after it said the SKB had no index."""
     import threading
 
     with connect(db_url) as conn:
@@ -336,7 +338,20 @@ def test_readers_looping_through_two_replaces_see_no_error(db_url):
                         errors.append(f"{name}: {exc}")
                     calls[0] += 1
 
-    readers = [threading.Thread(target=read) for _ in range(3)]
+    def search():       # the methods' own path: several statements, one snapshot (search_described)
+        from stark_pg.retrieve.results import search_described
+
+        with connect(db_url) as reader:
+            while not stop.is_set():
+                for method in ("bm25", "vss", "hybrid"):
+                    module = get_method(method)
+                    try:
+                        search_described(reader, "victim", "drug target protein", module, module.Options(), k=10)
+                    except Exception as exc:  # noqa: BLE001 - every failure is the finding
+                        errors.append(f"{method}: {type(exc).__name__}: {exc}")
+                    calls[0] += 1
+
+    readers = [threading.Thread(target=read) for _ in range(2)] + [threading.Thread(target=search)]
     for thread in readers:
         thread.start()
     try:
@@ -349,3 +364,28 @@ def test_readers_looping_through_two_replaces_see_no_error(db_url):
         for thread in readers:
             thread.join(60)
     assert calls[0] > 50 and errors == [], (calls[0], errors[:3])
+
+
+def test_a_search_that_straddles_a_replace_reads_one_version(db_url, monkeypatch):
+    """A method's search is several statements (bm25: the SKB's id, its indexed scopes, the ranking).
+    A replace that commits between two of them used to make the second find no index for the id the
+    first resolved ("has no lexical index"); search_described runs them on one snapshot."""
+    from stark_pg.retrieve import bm25
+    from stark_pg.retrieve.results import search_described
+
+    with connect(db_url) as conn:
+        load_skb(conn, synthetic(150), "victim")
+        build_lexical(conn, "victim")
+    original = bm25.check_scope
+    replaced = []
+
+    def replace_first(conn, skb, skb_id, scope):
+        if not replaced:                  # the swap commits right after the search resolved the name
+            with connect(db_url) as writer:
+                replaced.append(load_skb(writer, synthetic(150, seed=6), "victim").skb_id)
+        return original(conn, skb, skb_id, scope)
+
+    monkeypatch.setattr(bm25, "check_scope", replace_first)
+    with connect(db_url) as reader:
+        hits, ranking = search_described(reader, "victim", "drug target protein", bm25, bm25.Options(), k=5)
+    assert replaced and hits and ranking.trace["method"] == "bm25"

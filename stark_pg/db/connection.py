@@ -6,6 +6,8 @@ newcomer never runs a separate set-up step.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import psycopg
 from pgvector.psycopg import register_vector
 
@@ -68,3 +70,17 @@ def redact_dsn(url: str) -> str:
         return make_url(url).render_as_string(hide_password=True)
     except Exception:
         return "<dsn>"
+
+
+@contextmanager
+def one_snapshot(conn: psycopg.Connection):
+    """Run the block's statements on one snapshot (a repeatable-read transaction), so that a search made
+    of several statements (the SKB's id, its indexed scopes, the ranking) reads one version of the SKB
+    even while a replace commits between two of them. Inside a transaction already, nothing changes:
+    the caller chose its own."""
+    if not conn.autocommit or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        yield
+        return
+    with conn.transaction():
+        conn.execute("set transaction isolation level repeatable read")
+        yield

@@ -24,6 +24,7 @@ from typing import Callable
 import numpy as np
 import psycopg
 
+from stark_pg.db.connection import one_snapshot
 from stark_pg.eval import metrics
 from stark_pg.eval.query_sets import QuerySet
 from stark_pg.llm.embeddings import cache_in
@@ -69,7 +70,8 @@ def run_method(conn: psycopg.Connection, skb_id: int, skb_name: str, method: str
             started = time.perf_counter()
             try:
                 with cache_in(conn):      # an embedding API's vectors are cached in this database
-                    ranking, error = module.search(conn, skb_name, query.body, depth, options), None
+                    with one_snapshot(conn):     # one version of the SKB, even across a replace
+                        ranking, error = module.search(conn, skb_name, query.body, depth, options), None
             except Exception as exc:  # a failing query is recorded, not fatal
                 conn.rollback()
                 if needs_setup(exc):      # ...unless every query would fail alike

@@ -65,11 +65,13 @@ def search_described(conn: psycopg.Connection, skb: str, query: str, module, opt
     from stark_pg.resources import queries as sql
     from stark_pg.skb.catalog import require_skb
 
+    from stark_pg.db.connection import one_snapshot
     from stark_pg.llm.embeddings import cache_in
 
     check_k(k)
     with cache_in(conn):      # an embedding API's vectors (-o model=openai:...) are cached in this database
-        ranking = module.search(conn, skb, query, k, options)
+        with one_snapshot(conn):    # every statement of the search reads one version of the SKB
+            ranking = module.search(conn, skb, query, k, options)
     about = {row[0]: row[1:] for row in sql().describe_nodes(conn, skb_id=require_skb(conn, skb),
                                                              node_ids=ranking.node_ids)}
     hits = [SearchHit(i, h.node_id, about[h.node_id][0], about[h.node_id][1], h.score)
