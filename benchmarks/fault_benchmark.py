@@ -32,7 +32,7 @@ results); plus rows or edge partitions left behind by an skb_id that no longer e
                server log's own redo and restart times are printed beside the client's.
 5. concurrent: three `load synthetic --nodes N/4 --name same` at once: all exit 0, `same` exists once,
                with the counts its loads report.
-6. replace:    8 client processes search `other` (BM25 via stark_pg.retrieve.get_method('bm25') and
+6. replace:    8 client processes search `other` (BM25 as `stark-pg search` runs it, and
                `stark.neighbors(..., hops => 2)`) and 2 search `victim`, each on its own connection, for
                --baseline-seconds, then during `load synthetic --name victim --seed 1` (a replace of
                victim with different text, followed by its index refresh): calls, errors, empty results,
@@ -85,6 +85,7 @@ def _client(uri: str, skb: str, queries: list[str], nodes: list[int], seed: int,
     import psycopg
 
     from stark_pg.retrieve import get_method
+    from stark_pg.retrieve.results import search_described
 
     bm25 = get_method("bm25")
     rng = random.Random(seed)
@@ -102,7 +103,8 @@ def _client(uri: str, skb: str, queries: list[str], nodes: list[int], seed: int,
             rows, error = 0, None
             try:
                 if op == "bm25":
-                    rows = len(bm25.search(conn, skb, queries[argument], 10).hits)
+                    # the path of `stark-pg search` and the Python API: the search's statements on one snapshot
+                    rows = len(search_described(conn, skb, queries[argument], bm25, bm25.Options(), k=10)[0])
                 else:
                     rows = conn.execute("select count(*) from stark.neighbors(%s, %s, hops => 2)",
                                         (skb, argument)).fetchone()[0]
