@@ -463,6 +463,8 @@ CHECKED_FOUND = {    # issue 49: each returned NULL or NaN scores, or failed dee
     "hybrid k -1": ("hybrid", H[:4], ["syn", "drug", VECTORS[0], -1], "hybrid k must be an integer from 0 to 100000, not -1"),
     "vss NULL query": ("vss", ["text", "vector", "int"], ["syn", None, 3], "vss query must be a vector of non-zero length"),
     "vss zero query": ("vss", ["text", "vector", "int"], ["syn", VECTORS[3], 3], "not the zero vector"),
+    "vss NULL model": ("vss", ["text", "vector", "int", "text"], ["syn", VECTORS[0], 3, None],
+                       "the embedding model must not be NULL"),
     "vss k -3": ("vss", ["text", "vector", "int"], ["syn", VECTORS[0], -3], "vss k must be an integer from 0 to 100000, not -3"),
     "bm25 k 1e9": ("bm25", ["text", "text", "int"], ["syn", "drug", 1_000_000_000], "bm25 k must be an integer from 0 to 100000"),
     "bm25 k1 NaN": ("bm25", ["text", "text", "int", "text", "float8"], ["syn", "drug", 10, None, math.nan], "bm25 k1 must be"),

@@ -77,6 +77,11 @@ begin
     if skb is null then
         raise exception 'no SKB named %', coalesce(quote_literal(skb_name), 'NULL');
     end if;
+    if model is null then
+        raise exception 'the embedding model must not be NULL (models: %)',
+            coalesce((select string_agg(e.name, ', ' order by e.name) from stark.embedding_model e), 'none')
+            using errcode = 'invalid_parameter_value';
+    end if;
     select * into m from stark.embedding_model e where e.name = model;
     if not found then
         raise exception 'no vectors of model % in this database (models: %)', quote_literal(model),
