@@ -164,7 +164,10 @@ def test_dropping_or_replacing_an_skb_removes_its_vectors_and_indexes(conn, tmp_
     assert len(stored(conn, model.doc_table, other)) == 3                     # the other SKB is untouched
 
     load(conn, tmp_path / "other", name="other")                                # replace: a new skb_id
-    assert not stored(conn, model.doc_table, other) and hnsw_indexes(conn) == set()
+    # the replaced version's index stays for readers of the old version, until the next load
+    assert not stored(conn, model.doc_table, other) and hnsw_indexes(conn) == {hnsw_index_name(model.doc_table, other)}
+    load(conn, tmp_path / "tiny")
+    assert hnsw_indexes(conn) == set()
 
 
 # --- the SQL API and its errors ------------------------------------------------------------------

@@ -158,5 +158,5 @@ def test_the_parsed_lists_are_what_the_doc_says():
     assert distributed["node"] == ("node_id", "nodes")
     assert distributed["edge"] == ("src", "nodes")
     assert distributed["emb_doc_<model_id>"] == ("node_id", "nodes")
-    assert "skb" in reference and local == ["llm_cache"]
+    assert "skb" in reference and local == ["llm_cache", "sql_install"]
     assert pattern("emb_doc_<model_id>").match("emb_doc_12") and not pattern("emb_doc_<model_id>").match("emb_doc_x")
