@@ -121,12 +121,22 @@ def test_options_parse_into_checked_values_or_fail_naming_the_pair(method, data)
         if want[key] is _FAIL:
             failed = True
             break
+    declared = None               # what the class's own check() says of the values the pairs should give
+    if not failed:
+        try:
+            options_class(**want)
+        except OptionError as exc:
+            declared = exc
     try:
         options = parse_options(options_class, pairs)
     except OptionError as exc:
-        assert failed, f"{pairs} refused: {exc}"
+        assert failed or declared is not None, f"{pairs} refused: {exc}"
+        if declared is not None:      # the same refusal as the class's own check, whichever way it comes
+            assert str(declared) in str(exc), (str(exc), str(declared))
+            return
         assert any(repr(pair) in str(exc) for pair in pairs), str(exc)
         return
+    assert declared is None, f"{pairs} accepted although the class refuses them: {declared}"
     assert not failed, f"{pairs} accepted as {options}"
     for key, value in want.items():
         got = getattr(options, key)
@@ -409,14 +419,14 @@ def test_a_sql_function_returns_rows_or_raises_a_clean_error_and_writes_nothing(
                            "and pronamespace = 'stark'::regnamespace", (function,)).fetchone()[0]
     n = data.draw(st.integers(required, len(types)), label="arguments given")   # the rest take their defaults
     args = [data.draw(s, label=t) for t, s in zip(types[:n], strategies[:n])]
-    call_sql(api, function, types[:n], args, checked=function in CHECKED)
+    call_sql(api, function, types[:n], args, checked=True)
 
 
-CHECKED = {"bm25", "bm25_top", "vss", "multivss", "hybrid", "neighbors"}
-"""The searches of the SQL API that check their arguments as the CLI does (issue 49): a refusal is our own
+SEARCHES = {"bm25", "bm25_top", "vss", "multivss", "hybrid", "mfar"}
+"""Every function of the SQL API checks its arguments as the CLI does (issue 49): a refusal is our own
 (invalid_parameter_value or RAISE) or the argument's own cast (a NaN vector, a bigint out of range), never
-an error from deep inside (UNCHECKED) or an allocation the server cannot make, and no row they return has
-a NULL or NaN score."""
+an error from deep inside (UNCHECKED: a negative LIMIT, a division by zero) or an allocation the server
+cannot make; and no row the searches return has a NULL or NaN score."""
 UNCHECKED = {"22012": "division by zero", "2201W": "negative LIMIT", "2201X": "negative OFFSET",
              "22004": "NULL where a value is needed", "2202E": "array subscript"}
 
@@ -438,7 +448,7 @@ def call_sql(conn, function: str, types: list[str], args: list, checked: bool = 
         clean = (exc.sqlstate.startswith("22") or exc.sqlstate == "P0001") and not (checked and exc.sqlstate in UNCHECKED)
         assert exc.sqlstate and clean, f"stark.{function}({shown}): {exc.sqlstate} {type(exc).__name__}: {exc}"
         return None
-    if checked and rows and function != "neighbors":
+    if checked and rows and function in SEARCHES:
         scores = [row[1] for row in rows]
         assert all(isinstance(x, float) and math.isfinite(x) for x in scores), f"stark.{function}{tuple(args)!r}: {scores[:5]}"
     return rows
@@ -468,6 +478,8 @@ CHECKED_FOUND = {    # issue 49: each returned NULL or NaN scores, or failed dee
     "vss k -3": ("vss", ["text", "vector", "int"], ["syn", VECTORS[0], -3], "vss k must be an integer from 0 to 100000, not -3"),
     "bm25 k 1e9": ("bm25", ["text", "text", "int"], ["syn", "drug", 1_000_000_000], "bm25 k must be an integer from 0 to 100000"),
     "bm25 k1 NaN": ("bm25", ["text", "text", "int", "text", "float8"], ["syn", "drug", 10, None, math.nan], "bm25 k1 must be"),
+    "answer_type_votes k -1": ("answer_type_votes", ["text", "vector", "text", "int"], ["syn", VECTORS[0], "train", -1],
+                               "answer_type_votes k must be an integer from 0"),
     "multivss pool 1e9": ("multivss", ["text", "vector", "int", "text", "text", "int", "int"],
                           ["syn", VECTORS[0], 10, "all-MiniLM-L6-v2", "max", 3, 1_000_000_000], "multivss pool must be"),
 }

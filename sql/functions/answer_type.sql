@@ -18,7 +18,7 @@ language sql stable as $$
         where q.skb_id = (select id from skb) and q.split = split_name
           and (question is null or q.body <> question)
         order by v.vec <=> answer_type_votes.query, q.query_id
-        limit k),
+        limit stark.check_count('answer_type_votes', 'k', k, 0, stark.k_max())),
     votes as (
         select n.type, count(*)::double precision / sum(count(*)) over (partition by near.query_id) as vote
         from near

@@ -136,10 +136,15 @@ comment on function stark.vector_index(text, int) is
 -- over half precision `a.vec::halfvec(dim) <=> $1::halfvec(dim)` (the very expression of the index, or
 -- PostgreSQL would not use it).
 create or replace function stark.vector_distance(a text, storage text, dim int) returns text
-language sql immutable as $$
-    select case when storage = 'halfvec' and dim > 0
+language plpgsql immutable as $$
+begin
+    if a is null then
+        raise exception 'vector_distance alias must not be NULL' using errcode = 'invalid_parameter_value';
+    end if;
+    return case when storage = 'halfvec' and dim > 0
                 then format('%1$I.vec::halfvec(%2$s) <=> $1::halfvec(%2$s)', a, dim)
-                else format('%I.vec <=> $1', a) end
+                else format('%I.vec <=> $1', a) end;
+end
 $$;
 comment on function stark.vector_distance(text, text, int) is
     'Internal: the cosine-distance expression to order by for an index over vector or halfvec storage.';

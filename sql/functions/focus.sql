@@ -38,7 +38,8 @@ returns table (node_id bigint, type text, name text, exact boolean, bm25 double 
 language sql stable as $$
     with skb as (select stark.skb_id(skb_name) as id),
     lexical as (select b.node_id, b.score from stark.bm25_scores(stark.require_skb(skb_name), 'name', constant) b
-                order by b.score desc, b.node_id limit pool),   -- empty without a lexical index
+                order by b.score desc, b.node_id
+                limit stark.check_count('focus_name_candidates', 'pool', pool, 0, stark.k_max())),   -- empty without a lexical index
     same_name as (select n.node_id from stark.node n, skb
                   where n.skb_id = skb.id
                     and stark.focus_compact(n.name) = any (array[stark.focus_compact(constant),

@@ -235,7 +235,7 @@ language sql stable as $$
     from s join w on w.field = s.field and w.scorer = s.scorer
     group by s.node_id
     order by score desc, s.node_id
-    limit k
+    limit stark.check_count('mfar', 'k', k, 0, stark.k_max())
 $$;
 comment on function stark.mfar(text, text, vector, text, text[], text[], double precision[], double precision[], double precision[], int, int, double precision, double precision, text) is
     'Top-k nodes of the named SKB by an mFAR score: query-conditioned weights over (field, scorer) pairs.';
