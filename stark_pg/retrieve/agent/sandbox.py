@@ -28,6 +28,7 @@ gets the timeout only (`memory_bounded` says which applies).
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import weakref
 from contextlib import contextmanager
