@@ -27,7 +27,7 @@ from pytest_postgresql.janitor import DatabaseJanitor
 
 from conftest import _server_params
 from stark_pg.db import functions
-from stark_pg.db.migrate import NewerSchema, OlderSchema, upgrade
+from stark_pg.db.migrate import NewerSchema, OlderSchema, head_revision, upgrade
 
 DUMP = Path(__file__).parent / "data" / "stark-pg-0.1.0-at-0040.sql.gz"
 
@@ -113,7 +113,7 @@ def test_a_database_0_1_0_left_at_0040_upgrades_to_exactly_a_fresh_install(empty
     with psycopg.connect(empty_db) as conn:
         assert functions.installed_checksum(conn) is None
     upgrade(empty_db)
-    assert revision(empty_db) == "0040"
+    assert revision(empty_db) == head_revision()
     assert differences(snapshot(db_url), snapshot(empty_db)) == []
     with psycopg.connect(empty_db) as conn:
         assert functions.is_current(conn)
@@ -205,7 +205,7 @@ def test_concurrent_upgrades_of_a_new_database_both_succeed(empty_db, db_url):
     for thread in threads:
         thread.join(300)
     assert errors == []
-    assert revision(empty_db) == "0040"
+    assert revision(empty_db) == head_revision()
     assert differences(snapshot(db_url), snapshot(empty_db)) == []
 
 
@@ -224,9 +224,10 @@ def test_a_database_older_than_the_baseline_or_newer_than_this_stark_pg_is_refus
 
 
 def test_db_downgrade_has_nothing_below_the_baseline(cli, db_url):
+    head = head_revision()
     status = json.loads(cli("db", "status", "--json").stdout)
-    assert status["head_revision"] == status["schema_revision"] == "0040" and status["functions"] == "current"
+    assert status["head_revision"] == status["schema_revision"] == head and status["functions"] == "current"
     done = cli("db", "downgrade", "0039", "--yes", expect=1)
-    assert "no schema revision '0039': stark-pg's run from 0040 to 0040" in done.stderr
-    assert "schema revision 0040 already" in cli("db", "downgrade", "0040").stdout
-    assert json.loads(cli("db", "upgrade", "--json").stdout) == {"before": "0040", "after": "0040", "upgraded": False}
+    assert f"no schema revision '0039': stark-pg's run from 0040 to {head}" in done.stderr
+    assert f"schema revision {head} already" in cli("db", "downgrade", head).stdout
+    assert json.loads(cli("db", "upgrade", "--json").stdout) == {"before": head, "after": head, "upgraded": False}
