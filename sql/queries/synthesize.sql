@@ -16,17 +16,39 @@ select settings from stark.synth_run where skb_id = :skb_id and split = :split;
 insert into stark.synth_run (skb_id, split, settings) values (:skb_id, :split, cast(:settings as jsonb));
 
 -- name: synth_done(skb_id, split)
-select seq from stark.synth_question where skb_id = :skb_id and split = :split;
+-- Every planned item already taken, kept or dropped (a re-run skips them), with its outcome.
+select seq, outcome from stark.synth_question where skb_id = :skb_id and split = :split;
+
+-- name: synth_documents(skb_id, node_ids)
+-- The documents the LLM steps read, as the rerankers read them (no relations: the template says those).
+select node_id, stark.render_document(skb_id, node_id, false) from stark.node
+where skb_id = :skb_id and node_id = any(:node_ids);
+
+-- name: synth_document_lengths(skb_id, node_ids)
+-- How much text each candidate has: a gold answer needs enough to read requirements from.
+select node_id, length(stark.render_document(skb_id, node_id, false)) from stark.node
+where skb_id = :skb_id and node_id = any(:node_ids);
+
+-- name: synth_mean_call_seconds(provider, model)$
+-- This model's mean time per call so far, for a dry run's estimate (NULL: no call timed yet).
+select avg(seconds) from stark.llm_cache where provider = :provider and model = :model and seconds is not null;
+
+-- name: synth_outcomes(skb_id, split)
+-- A synthesized split's items by outcome, with their LLM requests and seconds.
+select outcome, count(*), sum(calls), sum(seconds) from stark.synth_question
+where skb_id = :skb_id and split = :split group by outcome order by outcome;
 
 -- name: synth_add_query(skb_id, query_id, split, body, answer_ids)!
 insert into stark.query (skb_id, query_id, split, body, answer_ids)
 values (:skb_id, :query_id, :split, :body, :answer_ids);
 
--- name: synth_add_question(skb_id, split, seq, query_id, template, hops, anchors, anchor_names, candidates, answers, mode, gold, requirements, verdicts, model, prompt_version, calls, seconds)!
+-- name: synth_add_question(skb_id, split, seq, query_id, template, hops, anchors, anchor_names, candidates, answers, mode, outcome, gold, requirements, verdicts, model, prompt_version, calls, seconds)!
 insert into stark.synth_question (skb_id, split, seq, query_id, template, hops, anchors, anchor_names, candidates,
-                                  answers, mode, gold, requirements, verdicts, model, prompt_version, calls, seconds)
+                                  answers, mode, outcome, gold, requirements, verdicts, model, prompt_version, calls,
+                                  seconds)
 values (:skb_id, :split, :seq, :query_id, :template, :hops, :anchors, :anchor_names, :candidates, :answers, :mode,
-        :gold, cast(:requirements as jsonb), cast(:verdicts as jsonb), :model, :prompt_version, :calls, :seconds);
+        :outcome, :gold, cast(:requirements as jsonb), cast(:verdicts as jsonb), :model, :prompt_version, :calls,
+        :seconds);
 
 -- name: synth_questions(skb_id, split)
 -- A synthesized split's questions with their provenance, in plan order.

@@ -16,7 +16,7 @@ create table stark.synth_question (
     skb_id        int      not null,
     split         text     not null,
     seq           int      not null,               -- the question's place in the plan
-    query_id      bigint   not null,               -- its row of stark.query
+    query_id      bigint,                          -- its row of stark.query (NULL: not kept, see outcome)
     template      text     not null,
     hops          int      not null,               -- the template's longest path: 1 one-hop, more multi-hop
     anchors       bigint[] not null,
@@ -24,12 +24,13 @@ create table stark.synth_question (
     candidates    bigint[] not null,               -- every node the template admits for these anchors
     answers       bigint[] not null,               -- the ground truth kept
     mode          text     not null,               -- relational (no LLM) or llm
+    outcome       text     not null default 'kept', -- kept, or why the LLM steps dropped it
     gold          bigint,                          -- llm: the candidate the requirements were read from
     requirements  jsonb,
     verdicts      jsonb,                           -- llm: per candidate, each verifier's answer
     model         text,
     prompt_version text,
-    calls         int      not null default 0,
+    calls         int      not null default 0,     -- LLM requests asked (cache hits included)
     seconds       double precision not null default 0,
     created_at    timestamptz not null default now(),
     primary key (skb_id, split, seq)

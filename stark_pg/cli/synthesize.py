@@ -47,37 +47,69 @@ def make(
     min_answers: int = typer.Option(1, "--min-answers", help="Skip instantiations with fewer candidate answers."),
     max_answers: int = typer.Option(10, "--max-answers", help="Skip instantiations with more candidate answers "
                                                               "(docs/synthesize.md says why 10)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Plan and say how many questions (and LLM calls) it "
-                                                          "would make; store nothing."),
+    golds: int = typer.Option(2, "--golds", help="LLM mode: gold answers tried per instantiation (each gives its "
+                                                 "own question)."),
+    min_doc_chars: int = typer.Option(200, "--min-doc-chars", help="LLM mode: a gold's document needs at least this "
+                                                                  "many characters to read requirements from."),
+    doc_chars: int = typer.Option(800, "--doc-chars", help="LLM mode: documents are cut to this length in prompts."),
+    llm: str = typer.Option(None, "--llm", help="LLM mode: PROVIDER:MODEL (default: STARK_PG_LLM)."),
+    base_url: str = typer.Option(None, "--base-url", help="LLM mode: OpenAI/Anthropic-compatible server (default: "
+                                                          "STARK_PG_LLM_BASE_URL)."),
+    cache: str = typer.Option(None, "--cache", help="use | only | refresh (default: STARK_PG_LLM_CACHE, else use); "
+                                                    "`only` replays from stark.llm_cache and never calls."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Plan and say how many questions (and LLM calls, with a "
+                                                          "time estimate) it would make; store nothing."),
     json_: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
     """Make a split of questions from relation templates: each instantiation of a template's anchors
-    (a drug, a gene) gives the nodes it admits; a question names the anchors, and its answers are those
-    nodes. Every question is stored with how it was made (stark.synth_question) as soon as it is made, so
-    an interrupted run continues where it stopped. The SKB's own questions are never read."""
+    (a drug, a gene) gives the nodes it admits. By default an LLM then reads textual requirements from
+    one of them (the gold answer) in a role, fuses them with the relation into a question in two stages,
+    and keeps as answers the candidates two verifiers accept (STaRK's section 3.3). With
+    --relational-only the question names the anchors and every candidate is an answer. Every item is
+    stored with how it was made (stark.synth_question) as soon as it is made, so an interrupted run
+    continues where it stopped. The SKB's own questions are never read."""
+    from stark_pg.llm import LLMError, client_from_options
     from stark_pg.synthesize.pipeline import SynthesizeError, SynthSettings, synthesize
     from stark_pg.synthesize.templates import TemplateError
 
-    if not relational_only:
-        fail("questions with textual requirements (an LLM) are not built yet: pass --relational-only")
     settings = SynthSettings(split=split, seed=seed, min_answers=min_answers, max_answers=max_answers,
                              templates=str(templates) if templates else None, dataset=dataset,
-                             mode="relational")
+                             mode="relational" if relational_only else "llm", golds=golds,
+                             min_doc_chars=min_doc_chars, doc_chars=doc_chars)
     with state(ctx).connect() as conn:
         try:
+            client = None
+            if not relational_only:
+                try:
+                    client = client_from_options(conn, llm=llm, base_url=base_url, cache=cache)
+                except LLMError as exc:
+                    if not dry_run:       # a dry run estimates without an LLM, only its seconds missing
+                        fail(f"{exc} (here: --llm PROVIDER:MODEL and --base-url; or --relational-only, "
+                             "which needs no LLM)")
             report = synthesize(conn, name, settings, limit=limit, dry_run=dry_run,
-                                progress=reporter(quiet or json_))
-        except (SynthesizeError, TemplateError) as exc:
+                                progress=reporter(quiet or json_), client=client)
+        except (SynthesizeError, TemplateError, LLMError) as exc:
             fail(str(exc))
     if json_:
         print_json(report)
         return
-    verb = "would make" if dry_run else "made"
-    out.print(f"{name}, split {split}: {verb} {report['planned'] if dry_run else report['made']} question(s) "
-              f"from {len(report['templates_used'])} template(s)"
-              + ("" if dry_run else f", {report['skipped']} already there") + f" in {report['seconds']} s; "
-              f"LLM calls: {report['llm_calls']}", highlight=False)
+    if dry_run:
+        out.print(f"{name}, split {split}: would make up to {min(limit, report['planned'])} question(s) from "
+                  f"{len(report['templates_used'])} template(s) ({report['planned']} planned)", highlight=False)
+        if "estimate" in report:
+            e = report["estimate"]
+            hours = ("" if e["hours_low"] is None else
+                     f", about {e['hours_low']}-{e['hours_high']} h at {e['seconds_per_call']} s per call")
+            out.print(f"LLM requests: {e['calls_low']}-{e['calls_high']} for {e['items']} item(s){hours}; "
+                      "dropped items cost requests too", highlight=False)
+    else:
+        dropped = ", ".join(f"{n} {o}" for o, n in sorted(report["dropped"].items())) or "none"
+        out.print(f"{name}, split {split}: made {report['made']} question(s) ({report['questions']} in the split, "
+                  f"{report['skipped']} were there) from {len(report['templates_used'])} template(s) in "
+                  f"{report['seconds']} s; dropped: {dropped}; LLM calls sent: {report['llm_calls']}", highlight=False)
+        if report.get("short"):
+            out.print(report["short"], highlight=False)
     if report["not_instantiable"]:
         out.print(f"{len(report['not_instantiable'])} template(s) cannot be instantiated on this SKB "
                   "(`stark-pg synthesize templates` lists them)", highlight=False)
@@ -106,7 +138,7 @@ def list_templates(
     with state(ctx).connect() as conn:
         try:
             chosen, _ = choose_templates(name, settings)
-            reports, _ = survey(conn, require_skb(conn, name), chosen, settings)
+            reports, _ = survey(conn, require_skb(conn, name), chosen.templates, settings)
         except (SynthesizeError, TemplateError) as exc:
             fail(str(exc))
     rows = []
@@ -197,7 +229,8 @@ def stats(
                                                        f"{s['answers']['max']}"),
             ("words: mean", lambda s: f"{s['words']['mean']:.1f}"),
             ("multi-hop share", lambda s: "" if s["multi_hop_share"] is None else f"{s['multi_hop_share']:.2f}"),
-            ("templates", lambda s: "" if not s["templates"] else str(len(s["templates"])))]
+            ("templates", lambda s: "" if not s["templates"] else str(len(s["templates"]))),
+            ("gold pass share (LLM)", lambda s: "" if s["gold_pass_share"] is None else f"{s['gold_pass_share']:.3f}")]
     for label, cell in rows:
         table.add_row(label, *(cell(s) for s in found))
     out.print(table)

@@ -6,8 +6,12 @@ split of N questions spreads over them. The plan depends on the graph, the templ
 the seed only, never on the SKB's own questions, so a seed gives the same split on any copy of the SKB.
 
 Relational-only mode asks no LLM: the question is the template's pattern with the anchors' names, the
-answers are every candidate (STaRK's Prime questions about phenotypes are of this kind). Each question
-is committed with its provenance (stark.synth_question) as it is made: a re-run continues the split.
+answers are every candidate (STaRK's Prime questions about phenotypes are of this kind). LLM mode
+plans (instantiation, gold answer) pairs instead: up to `golds` candidates of each instantiation with
+enough text to read requirements from, the first gold of every instantiation before any second; the
+LLM steps (textual.py) turn each pair into a question or drop it, saying why. Each item is committed
+with its provenance (stark.synth_question) as it is made: a re-run continues the split, and with the
+LLM cache it replays what was asked before for nothing.
 """
 
 from __future__ import annotations
@@ -23,8 +27,8 @@ import psycopg
 
 from stark_pg.progress import NullReporter, Reporter
 from stark_pg.resources import queries as sql
-from stark_pg.synthesize.templates import (Template, TemplateError, instantiations, load_templates, missing,
-                                           shipped_path, vocabulary, SHIPPED)
+from stark_pg.synthesize.templates import (SHIPPED, Template, TemplateError, TemplateSet, instantiations,
+                                           load_templates, missing, shipped_path, vocabulary)
 
 MAX_PER_SPLIT = 1_000_000
 
@@ -38,10 +42,17 @@ class SynthSettings:
     max_answers: int = 10
     templates: str | None = None      # a file of the user's; None: the shipped file of the SKB's dataset
     dataset: str | None = None        # prime, mag, amazon: which shipped file (None: guessed from the name)
-    mode: str = "relational"
+    mode: str = "relational"          # relational | llm
+    golds: int = 2                    # llm: gold answers tried per instantiation
+    min_doc_chars: int = 200          # llm: a gold's document must be at least this long
+    doc_chars: int = 800              # llm: documents are cut to this many characters in prompts
 
     def plan_key(self) -> dict:
-        return {k: v for k, v in asdict(self).items()}
+        key = asdict(self)
+        if self.mode == "relational":   # the LLM settings do not change a relational split
+            for name in ("golds", "min_doc_chars", "doc_chars"):
+                key.pop(name)
+        return key
 
 
 @dataclass
@@ -50,6 +61,7 @@ class Planned:
     template: Template
     anchors: list[int]
     candidates: list[int]
+    gold: int | None = None           # llm mode: the candidate the requirements are read from
 
 
 @dataclass
@@ -66,18 +78,18 @@ class SynthesizeError(ValueError):
     """Settings or a split that cannot be synthesized; the message says what to change."""
 
 
-def choose_templates(skb_name: str, settings: SynthSettings) -> tuple[list[Template], bool]:
-    """The templates to use and whether they are the user's own (checked strictly: a relation or type
+def choose_templates(skb_name: str, settings: SynthSettings) -> tuple[TemplateSet, bool]:
+    """The templates (with their roles) to use and whether they are the user's own (checked strictly: a relation or type
     the SKB lacks is an error, where a shipped template is only reported as not instantiable)."""
     if settings.templates:
-        return load_templates(Path(settings.templates)).templates, True
+        return load_templates(Path(settings.templates)), True
     dataset = settings.dataset or next((d for d in SHIPPED if d in skb_name.lower()), None)
     if dataset is None:
         raise SynthesizeError(f"cannot tell which STaRK dataset {skb_name!r} is like: pass --dataset "
                               f"({', '.join(SHIPPED)}) or --templates FILE")
     if dataset not in SHIPPED:
         raise SynthesizeError(f"--dataset must be one of {', '.join(SHIPPED)}, not {dataset!r}")
-    return load_templates(shipped_path(dataset)).templates, False
+    return load_templates(shipped_path(dataset)), False
 
 
 def survey(conn: psycopg.Connection, skb_id: int, templates: list[Template], settings: SynthSettings,
@@ -123,35 +135,79 @@ def plan(templates: list[Template], found: dict[str, list], settings: SynthSetti
     return planned
 
 
+def plan_with_golds(templates: list[Template], found: dict[str, list], lengths: dict[int, int],
+                    settings: SynthSettings) -> list[Planned]:
+    """LLM mode: (instantiation, gold) pairs. Each instantiation's candidates with at least
+    `min_doc_chars` of document, shuffled with the seed, give up to `golds` golds; a template's pairs
+    run through every instantiation's first gold before any second; templates take turns."""
+    queues = []
+    for template in templates:
+        rows = list(found.get(template.id, []))
+        random.Random(f"{settings.seed}:{template.id}").shuffle(rows)
+        per_row = []
+        for anchors, candidates in rows:
+            readable = [c for c in candidates if lengths.get(c, 0) >= settings.min_doc_chars]
+            random.Random(f"{settings.seed}:{template.id}:{anchors}").shuffle(readable)
+            per_row.append((anchors, candidates, readable[:settings.golds]))
+        pairs = [(anchors, candidates, golds[k]) for k in range(settings.golds)
+                 for anchors, candidates, golds in per_row if k < len(golds)]
+        if pairs:
+            queues.append((template, pairs))
+    planned: list[Planned] = []
+    depth = 0
+    while len(planned) < MAX_PER_SPLIT and any(depth < len(pairs) for _, pairs in queues):
+        for template, pairs in queues:
+            if depth < len(pairs) and len(planned) < MAX_PER_SPLIT:
+                anchors, candidates, gold = pairs[depth]
+                planned.append(Planned(len(planned), template, anchors, candidates, gold))
+        depth += 1
+    return planned
+
+
 def query_id(split: str, seq: int) -> int:
     """A synthesized question's id: apart from STaRK's (which are small), one block of a million per split."""
     return 1_000_000_000 + (zlib.crc32(split.encode()) % 1000) * MAX_PER_SPLIT + seq
 
 
 def synthesize(conn: psycopg.Connection, skb_name: str, settings: SynthSettings, *, limit: int = 100,
-               dry_run: bool = False, progress: Reporter | None = None) -> dict:
-    """Make (or continue) the split; returns what was planned, made, skipped and how long it took."""
+               dry_run: bool = False, progress: Reporter | None = None, client=None) -> dict:
+    """Make (or continue) the split up to `limit` questions; returns what was planned, made, dropped
+    and skipped, the LLM requests and how long it took. LLM mode needs `client` (an LLMClient)."""
     from stark_pg.skb.catalog import require_skb
 
     progress = progress or NullReporter()
-    if settings.mode != "relational":
-        raise SynthesizeError("only --relational-only is built yet: questions with textual requirements "
-                              "(an LLM) are the pipeline's next step")
+    if settings.mode not in ("relational", "llm"):
+        raise SynthesizeError(f"mode must be relational or llm, not {settings.mode!r}")
     if not 1 <= limit <= MAX_PER_SPLIT:
         raise SynthesizeError(f"--limit must be from 1 to {MAX_PER_SPLIT}, not {limit}")
     if not 1 <= settings.min_answers <= settings.max_answers:
         raise SynthesizeError(f"--min-answers ({settings.min_answers}) must be at least 1 and at most "
                               f"--max-answers ({settings.max_answers})")
+    if settings.mode == "llm":
+        if not 1 <= settings.golds <= 100:
+            raise SynthesizeError(f"--golds must be from 1 to 100, not {settings.golds}")
+        if settings.doc_chars < 100 or settings.min_doc_chars < 0:
+            raise SynthesizeError("--doc-chars must be at least 100 and --min-doc-chars at least 0")
+        if client is None and not dry_run:
+            raise SynthesizeError("questions with textual requirements need an LLM client")
     skb_id = require_skb(conn, skb_name)
-    templates, strict = choose_templates(skb_name, settings)
+    template_set, strict = choose_templates(skb_name, settings)
+    templates = template_set.templates
     started = time.perf_counter()
     reports, found = survey(conn, skb_id, templates, settings, strict=strict)
-    planned = plan(templates, found, settings, limit)
-    report = {"skb": skb_name, "split": settings.split, "mode": settings.mode, "planned": len(planned),
-              "templates_used": sorted({p.template.id for p in planned}), "llm_calls": 0,
-              "not_instantiable": {r.id: r.missing for r in reports if r.missing}}
+    if settings.mode == "llm":
+        nodes = sorted({c for rows in found.values() for _, candidates in rows for c in candidates})
+        lengths = dict(sql().synth_document_lengths(conn, skb_id=skb_id, node_ids=nodes))
+        planned = plan_with_golds(templates, found, lengths, settings)
+    else:
+        planned = plan(templates, found, settings, limit)
+    report = {"skb": skb_name, "split": settings.split, "mode": settings.mode, "limit": limit,
+              "planned": len(planned), "templates_used": sorted({p.template.id for p in planned}),
+              "llm_calls": 0, "not_instantiable": {r.id: r.missing for r in reports if r.missing}}
     if dry_run:
-        report.update(made=0, skipped=0, seconds=round(time.perf_counter() - started, 3))
+        report.update(made=0, dropped={}, skipped=0, seconds=round(time.perf_counter() - started, 3))
+        if settings.mode == "llm":
+            report["estimate"] = estimate(conn, planned[:limit], client)
         return report
     stored = sql().synth_run_settings(conn, skb_id=skb_id, split=settings.split)
     if stored is not None and stored != settings.plan_key():
@@ -160,34 +216,99 @@ def synthesize(conn: psycopg.Connection, skb_name: str, settings: SynthSettings,
     if stored is None:
         with conn.transaction():
             sql().synth_create_run(conn, skb_id=skb_id, split=settings.split, settings=json.dumps(settings.plan_key()))
-    done = {row[0] for row in sql().synth_done(conn, skb_id=skb_id, split=settings.split)}
-    made = 0
-    with progress.stage("questions", total=len(planned)) as stage:
-        stage.advance(len(done & {p.seq for p in planned}))
+    done = dict(sql().synth_done(conn, skb_id=skb_id, split=settings.split))
+    kept = sum(1 for outcome in done.values() if outcome == "kept")
+    made, dropped, calls, llm_seconds = 0, {}, 0, 0.0
+    with progress.stage("questions", total=min(limit, len(planned))) as stage:
+        stage.advance(min(kept, limit))
         for item in planned:
+            if kept >= limit:
+                break
             if item.seq in done:
                 continue
-            _store_relational(conn, skb_id, settings.split, item)
-            made += 1
-            stage.advance()
-    report.update(made=made, skipped=len(planned) - made, seconds=round(time.perf_counter() - started, 3))
+            if settings.mode == "llm":
+                outcome, spent, seconds = _store_llm(conn, skb_id, settings, template_set, item, client)
+                calls += spent
+                llm_seconds += seconds
+            else:
+                outcome = _store_relational(conn, skb_id, settings.split, item)
+            if outcome == "kept":
+                kept += 1
+                made += 1
+                stage.advance()
+            else:
+                dropped[outcome] = dropped.get(outcome, 0) + 1
+    report.update(made=made, dropped=dropped, skipped=sum(1 for o in done.values() if o == "kept"),
+                  llm_calls=calls, llm_seconds=round(llm_seconds, 1), questions=kept,
+                  seconds=round(time.perf_counter() - started, 3))
+    if kept < limit:
+        report["short"] = f"the plan ran out at {kept} question(s): widen --max-answers or raise --golds"
     return report
 
 
-def _store_relational(conn: psycopg.Connection, skb_id: int, split: str, item: Planned) -> None:
+def estimate(conn: psycopg.Connection, planned: list[Planned], client) -> dict:
+    """How many LLM requests `planned` needs: at least 3 per item plus one per candidate (the first
+    verifier), at most 5 plus two per candidate (a repair-free run); seconds from the model's mean so far."""
+    low = sum(3 + len(p.candidates) for p in planned)
+    high = sum(5 + 2 * len(p.candidates) for p in planned)
+    mean = None
+    if client is not None:
+        mean = sql().synth_mean_call_seconds(conn, provider=client.settings.provider, model=client.settings.model)
+    return {"items": len(planned), "calls_low": low, "calls_high": high,
+            "seconds_per_call": None if mean is None else round(float(mean), 2),
+            "hours_low": None if mean is None else round(low * float(mean) / 3600, 1),
+            "hours_high": None if mean is None else round(high * float(mean) / 3600, 1)}
+
+
+def _store_relational(conn: psycopg.Connection, skb_id: int, split: str, item: Planned) -> str:
     names = dict(sql().synth_node_names(conn, skb_id=skb_id, node_ids=item.anchors))
     anchor_names = [names[a] for a in item.anchors]
     body = item.template.question_for(dict(zip(item.template.anchors, anchor_names)))
-    qid = query_id(split, item.seq)
+    _store(conn, skb_id, split, item, anchor_names, body=body, answers=item.candidates, mode="relational",
+           outcome="kept", gold=None, requirements=None, verdicts=None, model=None, prompt_version=None, calls=0,
+           seconds=0.0)
+    return "kept"
+
+
+def _store_llm(conn: psycopg.Connection, skb_id: int, settings: SynthSettings, template_set, item: Planned,
+               client) -> tuple[str, int, float]:
+    from stark_pg.synthesize.textual import PROMPT_VERSION, make_question
+
+    names = dict(sql().synth_node_names(conn, skb_id=skb_id, node_ids=[*item.anchors, item.gold]))
+    anchor_names = [names[a] for a in item.anchors]
+    relational = item.template.question_for(dict(zip(item.template.anchors, anchor_names)))
+    documents = {int(n): _clip(text or "", settings.doc_chars)
+                 for n, text in sql().synth_documents(conn, skb_id=skb_id, node_ids=item.candidates)}
+    roles = template_set.roles
+    role = roles[random.Random(f"{settings.seed}:{item.template.id}:{item.anchors}:{item.gold}").randrange(len(roles))]
+    made = make_question(client, role=role, answer_type=item.template.answer, relational=relational,
+                         anchors=anchor_names, gold=item.gold, gold_name=names[item.gold], documents=documents,
+                         candidates=item.candidates,
+                         negatives=template_set.negatives)
+    _store(conn, skb_id, settings.split, item, anchor_names, body=made.question if made.outcome == "kept" else None,
+           answers=made.answers, mode="llm", outcome=made.outcome, gold=item.gold,
+           requirements=json.dumps(made.requirements), verdicts=json.dumps(made.verdicts),
+           model=client.settings.name, prompt_version=PROMPT_VERSION, calls=made.requests, seconds=made.seconds)
+    return made.outcome, made.calls, made.seconds
+
+
+def _store(conn: psycopg.Connection, skb_id: int, split: str, item: Planned, anchor_names: list[str], *,
+           body: str | None, answers: list[int], **provenance) -> None:
+    """One planned item and, if kept (a body), its question: in one transaction, so a crash leaves
+    either both or neither."""
+    qid = query_id(split, item.seq) if body is not None else None
     with conn.transaction():
-        try:
-            sql().synth_add_query(conn, skb_id=skb_id, query_id=qid, split=split, body=body,
-                                  answer_ids=item.candidates)
-        except psycopg.errors.UniqueViolation:
-            raise SynthesizeError(f"query id {qid} of split {split!r} is taken by another question of this SKB: "
-                                  "delete that split's questions or name another --split") from None
+        if body is not None:
+            try:
+                sql().synth_add_query(conn, skb_id=skb_id, query_id=qid, split=split, body=body, answer_ids=answers)
+            except psycopg.errors.UniqueViolation:
+                raise SynthesizeError(f"query id {qid} of split {split!r} is taken by another question of this "
+                                      "SKB: delete that split's questions or name another --split") from None
         sql().synth_add_question(conn, skb_id=skb_id, split=split, seq=item.seq, query_id=qid,
                                  template=item.template.id, hops=item.template.hops, anchors=item.anchors,
-                                 anchor_names=anchor_names, candidates=item.candidates, answers=item.candidates,
-                                 mode="relational", gold=None, requirements=None, verdicts=None, model=None,
-                                 prompt_version=None, calls=0, seconds=0.0)
+                                 anchor_names=anchor_names, candidates=item.candidates, answers=answers,
+                                 **provenance)
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit].rstrip() + " ..."

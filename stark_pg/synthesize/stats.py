@@ -1,7 +1,9 @@
 """A split described as STaRK's section 3.4 describes its datasets, beside another split.
 
 Questions per template, answers per question (mean and quantiles), question length in words, and the
-share of multi-hop questions. A real split has no template: those entries are left out for it.
+share of multi-hop questions. A real split has no template: those entries are left out for it. For a
+split made with the LLM, what became of every planned item and the share of gold answers that passed
+their own verification (STaRK reports this share per dataset).
 """
 
 from __future__ import annotations
@@ -22,11 +24,17 @@ def split_stats(conn: psycopg.Connection, skb_id: int, split: str) -> dict:
     words = np.array([len(r[1].split()) for r in rows])
     templates = Counter(r[3] for r in rows if r[3] is not None)
     hops = [r[4] for r in rows if r[4] is not None]
+    outcomes = {o: {"items": int(n), "requests": int(calls or 0), "llm_seconds": round(float(sec or 0), 1)}
+                for o, n, calls, sec in sql().synth_outcomes(conn, skb_id=skb_id, split=split)}
+    verified = sum(outcomes.get(o, {}).get("items", 0) for o in ("kept", "gold rejected"))
+    llm = sum(v["requests"] for v in outcomes.values()) > 0
     return {
         "split": split, "questions": len(rows),
         "answers": _summary(answers), "words": _summary(words),
         "templates": dict(templates.most_common()) or None,
         "multi_hop_share": round(sum(h > 1 for h in hops) / len(hops), 3) if hops else None,
+        "outcomes": outcomes if llm else None,
+        "gold_pass_share": round(outcomes.get("kept", {}).get("items", 0) / verified, 3) if llm and verified else None,
     }
 
 

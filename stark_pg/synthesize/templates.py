@@ -79,10 +79,24 @@ class Template:
         return _SLOT.sub(lambda m: names[m.group(1)], self.question)
 
 
+@dataclass(frozen=True)
+class Role:
+    """Whose voice a question with textual requirements takes (STaRK's roles: Prime's doctor, medical
+    scientist and patient; MAG's searcher of arXiv; Amazon's customer)."""
+    name: str
+    instruction: str
+
+
+DEFAULT_ROLES = (Role("user of this knowledge base",
+                      "Ask as someone who knows what they need but not which entry has it."),)
+
+
 @dataclass
 class TemplateSet:
     dataset: str
     templates: list[Template] = field(default_factory=list)
+    roles: tuple[Role, ...] = DEFAULT_ROLES
+    negatives: bool = False          # the extraction also lists what the answer lacks (Amazon's reviews)
 
 
 def shipped_path(dataset: str) -> Path:
@@ -102,7 +116,12 @@ def load_templates(path: Path) -> TemplateSet:
         raise TemplateError(f"{label}{where}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
     if not isinstance(data, dict) or not isinstance(data.get("templates"), list):
         raise TemplateError(f"{label}: expected a mapping with a `templates` list")
-    found = TemplateSet(dataset=str(data.get("dataset") or Path(path).stem))
+    unknown = set(data) - {"dataset", "templates", "roles", "negatives"}
+    if unknown:
+        raise TemplateError(f"{label}: unknown key(s) {', '.join(sorted(unknown))} (expected dataset, templates, "
+                            "roles, negatives)")
+    found = TemplateSet(dataset=str(data.get("dataset") or Path(path).stem), roles=_roles(data.get("roles"), label),
+                        negatives=bool(data.get("negatives", False)))
     seen: set[str] = set()
     for position, entry in enumerate(data["templates"], start=1):
         template = _template(entry, f"{label}: template {position}", label)
@@ -113,6 +132,16 @@ def load_templates(path: Path) -> TemplateSet:
     if not found.templates:
         raise TemplateError(f"{label}: no templates")
     return found
+
+
+def _roles(raw, label: str) -> tuple[Role, ...]:
+    if raw is None:
+        return DEFAULT_ROLES
+    if not isinstance(raw, list) or not raw or not all(
+            isinstance(r, dict) and isinstance(r.get("name"), str) and r["name"].strip()
+            and isinstance(r.get("instruction"), str) and set(r) <= {"name", "instruction"} for r in raw):
+        raise TemplateError(f"{label}: `roles` must be a list of {{name, instruction}} (both text)")
+    return tuple(Role(r["name"].strip(), r["instruction"].strip()) for r in raw)
 
 
 def _template(entry, where: str, source: str) -> Template:
