@@ -67,7 +67,7 @@ def test_features_equal_their_sql_definitions_and_no_query_sees_its_own_answers(
         assert X[:, col["document|lexical|norm"]] == pytest.approx(X[:, col["document|lexical"]] / best)
 
         votes = {t: s for t, s, _ in conn.execute(
-            "select * from stark.answer_type_votes(%s, %s, 'train', 10, %s, %s)", (SKB, vector, MODEL, body))}
+            "select * from stark.answer_type_votes(%s, %s, '{train}', 10, %s, %s)", (SKB, vector, MODEL, body))}
         types = dict(conn.execute("select node_id, type from stark.node where skb_id = %s", (skb_id,)))
         for i, node in enumerate(ids):
             assert X[i, col["type_share"]] == pytest.approx(votes.get(types[node], 0.0))
@@ -650,3 +650,42 @@ def test_training_questions_loaded_after_training_are_prepared_for_the_fusion_mo
                         {split: [q for q in ids if q != new[0]] for split, ids in splits.items()})
     said = cli("load", restore, "--skb", SKB).stdout
     assert "training questions for fusion models" not in said, said        # nothing new: nothing said
+
+
+def test_splits_fit_on_several_splits_score_only_train_and_set_the_neighbour_pool(trained):
+    """`--splits train,more`: the other split's questions are fitted on and join the pool the nearest-question
+    features read (at training and at search time), while cross-validation scores train's questions only;
+    a split methods are reported on is refused."""
+    from stark_pg.retrieve.fusion import rank_params
+    from stark_pg.train.fusion import check_splits
+
+    url, _ = trained
+    with connect(url) as conn:
+        skb_id = conn.execute("select skb_id from stark.skb where name = %s", (SKB,)).fetchone()[0]
+        own = conn.execute("select body, answer_ids from stark.query where skb_id = %s and split = 'train' "
+                           "order by query_id limit 12", (skb_id,)).fetchall()
+        for i, (body, answers) in enumerate(own):
+            conn.execute("insert into stark.query (skb_id, query_id, split, body, answer_ids) values (%s, %s, 'more', "
+                         "%s, %s)", (skb_id, 30_000_000 + i, f"Once more: {body}", answers))
+        conn.commit()
+        report = train_fusion(conn, SKB, FusionSettings(name="more", splits=["train", "more"], limit=20, rounds=[5],
+                                                        folds=2, min_data_in_leaf=[5], bag=1))
+        assert report["queries"] == 32 and report["scored_in_cv"] == 20 and report["splits"] == ["train", "more"]
+        assert all(row["scored"] == 20 for row in report["cv"])
+        stored = load(conn, skb_id, SKB, "more")
+        assert stored.settings["splits"] == ["train", "more"]
+        assert rank_params(SKB, "q", encode_query("q"), stored, 10)["pool_splits"] == ["train", "more"]
+
+        names = list(sql().fusion_feature_names(conn, skb=SKB, model=MODEL, trained_dense=False))
+        knn = names.index("knn_answer")
+        body = own[0][0]
+        more_answers = {a for _, answers in own for a in answers}
+        only_more = dict(zip(*query_features(conn, SKB, body, encode_query(body), FusionSettings(splits=["more"]),
+                                             MODEL)))
+        assert {n for n, f in only_more.items() if f[knn] > 0} <= more_answers
+        assert any(f[knn] > 0 for f in only_more.values())
+        nowhere = query_features(conn, SKB, body, encode_query(body), FusionSettings(splits=["nope"]), MODEL)[1]
+        assert not nowhere[:, knn].any()
+    for bad in (["train", "val"], ["test"], [" "]):
+        with pytest.raises(ValueError, match="--splits"):
+            check_splits(bad)

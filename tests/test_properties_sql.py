@@ -311,6 +311,7 @@ problems = st.one_of(
 engines = st.sampled_from(["auto", "textsearch", "sql", "lucene", None])
 last_hops = st.sampled_from(["exact", "index", "x", None])
 model_arrays = st.one_of(st.none(), st.lists(models, max_size=3))
+split_arrays = st.one_of(st.none(), st.lists(st.sampled_from(["train", "val", "nope", None]), max_size=3))
 vector_arrays = st.one_of(st.none(), st.lists(vectors, max_size=3))
 
 # name: (SQL types of the arguments, their strategies); leaving out the writers (lex_refresh; skb.sql's
@@ -362,8 +363,8 @@ FUNCTIONS = {
     "hybrid": (["text", "text", "vector", "int", "text", "float8", "int", "int", "text"],
                [names, texts, vectors, ints, st.sampled_from(["rrf", "weighted", "x", None]), floats, ints, ints,
                 models]),
-    "answer_type_votes": (["text", "vector", "text", "int", "text", "text"],
-                          [names, vectors, st.sampled_from(["train", "val", "nope", None]), ints, models, texts]),
+    "answer_type_votes": (["text", "vector", "text[]", "int", "text", "text"],
+                          [names, vectors, split_arrays, ints, models, texts]),
     "kar_neighbours_sql": (["int", "text", "int", "boolean", "text"],
                            [skb_ids, st.sampled_from(["emb_doc_1", None, "nope"]), ints, bools, last_hops]),
     "kar_neighbours": (["text", "bigint[]", "int", "vector", "int", "int", "text", "boolean", "text"],
@@ -390,12 +391,12 @@ FUNCTIONS = {
     "fusion_pairs": (["text", "text"], [names, models]),
     "fusion_feature_names": (["text", "text", "boolean"], [names, models, bools]),
     "fusion_features": (["text", "text", "vector", "text", "int", "int", "int", "bigint[]", "text[]", "vector[]",
-                         "text[]", "text[]"],
+                         "text[]", "text[]", "text[]"],
                         [names, texts, vectors, models, ints, ints, ints, id_arrays, model_arrays, vector_arrays,
-                         field_arrays, scorer_arrays]),
+                         field_arrays, scorer_arrays, split_arrays]),
     "mean_cosine": (["text", "bigint[]", "text[]", "vector[]"], [names, id_arrays, model_arrays, vector_arrays]),
-    "entity_twin_answers": (["int", "bigint[]", "float8[]", "int", "text"],
-                            [skb_ids, id_arrays, float_arrays, ints, texts]),
+    "entity_twin_answers": (["int", "bigint[]", "float8[]", "int", "text", "text[]"],
+                            [skb_ids, id_arrays, float_arrays, ints, texts, split_arrays]),
 }
 
 
@@ -478,7 +479,7 @@ CHECKED_FOUND = {    # issue 49: each returned NULL or NaN scores, or failed dee
     "vss k -3": ("vss", ["text", "vector", "int"], ["syn", VECTORS[0], -3], "vss k must be an integer from 0 to 100000, not -3"),
     "bm25 k 1e9": ("bm25", ["text", "text", "int"], ["syn", "drug", 1_000_000_000], "bm25 k must be an integer from 0 to 100000"),
     "bm25 k1 NaN": ("bm25", ["text", "text", "int", "text", "float8"], ["syn", "drug", 10, None, math.nan], "bm25 k1 must be"),
-    "answer_type_votes k -1": ("answer_type_votes", ["text", "vector", "text", "int"], ["syn", VECTORS[0], "train", -1],
+    "answer_type_votes k -1": ("answer_type_votes", ["text", "vector", "text[]", "int"], ["syn", VECTORS[0], ["train"], -1],
                                "answer_type_votes k must be an integer from 0"),
     "multivss pool 1e9": ("multivss", ["text", "vector", "int", "text", "text", "int", "int"],
                           ["syn", VECTORS[0], 10, "all-MiniLM-L6-v2", "max", 3, 1_000_000_000], "multivss pool must be"),

@@ -1,10 +1,10 @@
--- The answer type the nearest training queries vote for. Each of the k queries of `split` most
+-- The answer type the nearest training queries vote for. Each of the k queries of the splits most
 -- similar to the question (cosine over stark.query_vector, exact: a split has hundreds or thousands
 -- of queries) gives one vote, shared among the node types of its answers in proportion to how many
 -- answers have each type. Queries whose text equals the question's are left out, so a question
 -- asked from the training split does not vote for itself. Rows: every voted type, best first, with
 -- its share of the votes.
-create or replace function stark.answer_type_votes(skb_name text, query vector, split_name text default 'train',
+create or replace function stark.answer_type_votes(skb_name text, query vector, split_names text[] default '{train}',
                                                    k int default 10, model text default 'all-MiniLM-L6-v2',
                                                    question text default null)
 returns table (node_type text, share double precision, voters int)
@@ -15,7 +15,7 @@ language sql stable as $$
         from stark.query q
         join stark.query_vector v on v.skb_id = q.skb_id and v.query_id = q.query_id and v.model = answer_type_votes.model
                                    and v.body_md5 = md5(q.body)
-        where q.skb_id = (select id from skb) and q.split = split_name
+        where q.skb_id = (select id from skb) and q.split = any(split_names)
           and (question is null or q.body <> question)
         order by v.vec <=> answer_type_votes.query, q.query_id
         limit stark.check_count('answer_type_votes', 'k', k, 0, stark.k_max())),
@@ -29,5 +29,5 @@ language sql stable as $$
     from votes group by type
     order by 2 desc, 1
 $$;
-comment on function stark.answer_type_votes(text, vector, text, int, text, text) is
-    'Node types of the answers of the k most similar queries of a split, with their share of the votes.';
+comment on function stark.answer_type_votes(text, vector, text[], int, text, text) is
+    'Node types of the answers of the k most similar queries of some splits, with their share of the votes.';

@@ -102,7 +102,7 @@ comment on function stark.link_queries(text, text, int) is
     'Stores the best name matches of a split''s questions (stark.query_link) for learned fusion''s ent_* features.';
 
 create or replace function stark.entity_twin_answers(skb int, nodes bigint[], weights double precision[],
-                                                     link int, question text)
+                                                     link int, question text, splits text[] default '{train}')
 returns table (node_id bigint, w double precision, best double precision)
 language plpgsql stable as $$
 -- ent_answer and ent_best of every node they are not 0 for: the training questions (not of the
@@ -120,14 +120,14 @@ begin
         from unnest(nodes, weights) as l(node_id, w)
         join stark.query_link ql on ql.skb_id = skb and ql.node_id = l.node_id and ql.rank <= link
         join stark.query q on q.skb_id = ql.skb_id and q.query_id = ql.query_id and ql.body_md5 = md5(q.body)
-        where q.split = 'train' and q.body <> question
+        where q.split = any(splits) and q.body <> question
         group by q.query_id, q.answer_ids)
     select a.node_id, sum(n.w / sqrt(cardinality(n.answer_ids))), max(n.w)
     from near n cross join lateral unnest(n.answer_ids) as a(node_id)
     group by a.node_id;
 end
 $$;
-comment on function stark.entity_twin_answers(int, bigint[], double precision[], int, text) is
+comment on function stark.entity_twin_answers(int, bigint[], double precision[], int, text, text[]) is
     'Learned fusion''s ent_answer and ent_best: answers of the training questions naming the same entities.';
 
 create or replace function stark.fusion_pairs(skb_name text, model text default 'all-MiniLM-L6-v2')
@@ -170,11 +170,13 @@ comment on function stark.fusion_feature_names(text, text, boolean) is
 
 drop function if exists stark.fusion_features(text, text, vector, text, int, int, int, bigint[]);
 drop function if exists stark.fusion_features(text, text, vector, text, int, int, int, bigint[], text[], vector[]);
+drop function if exists stark.fusion_features(text, text, vector, text, int, int, int, bigint[], text[], vector[],
+                                              text[], text[]);
 create or replace function stark.fusion_features(
     skb_name text, query text, qvec vector, model text default 'all-MiniLM-L6-v2',
     pool int default 100, knn int default 10, link int default 5, include bigint[] default null,
     dense_models text[] default null, dense_qvecs vector[] default null,
-    pair_fields text[] default null, pair_scorers text[] default null)
+    pair_fields text[] default null, pair_scorers text[] default null, pool_splits text[] default '{train}')
 returns table (node_id bigint, f double precision[])
 language sql stable as $$
     with skb as (select stark.require_skb(skb_name) as id),
@@ -206,14 +208,14 @@ language sql stable as $$
     -- the correlated lookup, which then ranked the 435 training questions again for every candidate.
     votes as materialized (
         select v.node_type, v.share
-        from stark.answer_type_votes(skb_name, qvec, 'train', knn, model, query) v),
+        from stark.answer_type_votes(skb_name, qvec, pool_splits, knn, model, query) v),
     near as materialized (
         select q.answer_ids, 1 - (v.vec <=> qvec) as sim,
                row_number() over (order by v.vec <=> qvec, q.query_id) as rank
         from stark.query q
         join stark.query_vector v on v.skb_id = q.skb_id and v.query_id = q.query_id and v.model = fusion_features.model
                                    and v.body_md5 = md5(q.body)
-        where q.skb_id = (select id from skb) and q.split = 'train' and q.body <> query
+        where q.skb_id = (select id from skb) and q.split = any(pool_splits) and q.body <> query
         order by v.vec <=> qvec, q.query_id
         limit knn),
     knn_answers as materialized (
@@ -228,7 +230,8 @@ language sql stable as $$
     ent_answers as materialized (
         select e.node_id, e.w, e.best
         from stark.entity_twin_answers((select id from skb), array(select l.node_id from linked l order by l.node_id),
-                                       array(select l.w from linked l order by l.node_id), link, query) e),
+                                       array(select l.w from linked l order by l.node_id), link, query,
+                                       pool_splits) e),
     -- each (candidate, linked entity) pair once, whatever the number of edges between them
     hop1 as materialized (
         select p.node_id, max(p.w) as w, sum(p.w) as total, (array_agg(p.w order by p.w desc))[2] as second,
@@ -267,5 +270,5 @@ language sql stable as $$
     left join trained td on td.node_id = pn.node_id
     left join ent_answers ea on ea.node_id = pn.node_id
 $$;
-comment on function stark.fusion_features(text, text, vector, text, int, int, int, bigint[], text[], vector[], text[], text[]) is
+comment on function stark.fusion_features(text, text, vector, text, int, int, int, bigint[], text[], vector[], text[], text[], text[]) is
     'Learned fusion: the feature vector of every candidate of a query (names: stark.fusion_feature_names).';

@@ -90,4 +90,4 @@ on conflict (skb_id, query_id, model) do update set body_md5 = excluded.body_md5
 -- name: answer_type_votes(skb, embedding, split, k, model, question)
 -- The answer types the k nearest queries of a split vote for (sql/functions/answer_type.sql).
 select node_type, share, voters
-from stark.answer_type_votes(:skb, :embedding, :split, :k, :model, :question);
+from stark.answer_type_votes(:skb, :embedding, array[:split]::text[], :k, :model, :question);

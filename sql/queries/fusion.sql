@@ -3,9 +3,10 @@
 -- name: fusion_feature_names(skb, model, trained_dense)$
 select stark.fusion_feature_names(:skb, :model, :trained_dense);
 
--- name: fusion_features(skb, query, embedding, model, pool, knn, link, dense_models, dense_qvecs)
+-- name: fusion_features(skb, query, embedding, model, pool, knn, link, dense_models, dense_qvecs, pool_splits)
 select node_id, f from stark.fusion_features(:skb, :query, :embedding, :model, :pool, :knn, :link,
-                                             dense_models => :dense_models, dense_qvecs => :dense_qvecs)
+                                             dense_models => :dense_models, dense_qvecs => :dense_qvecs,
+                                             pool_splits => :pool_splits)
 order by node_id;
 
 -- name: save_fusion_model(skb_id, name, embed_model, features, boosters, score_sql, settings, metrics, importance)!

@@ -10,7 +10,8 @@ with c as materialized (
     select x.node_id, {columns}
     from stark.fusion_features(%(skb)s, %(query)s, %(embedding)s, %(model)s, %(pool)s, %(knn)s, %(link)s,
                                dense_models => %(dense_models)s, dense_qvecs => %(dense_qvecs)s,
-                               pair_fields => %(pair_fields)s, pair_scorers => %(pair_scorers)s) as x)
+                               pair_fields => %(pair_fields)s, pair_scorers => %(pair_scorers)s,
+                               pool_splits => %(pool_splits)s) as x)
 select c.node_id, {score} as score
 from c
 order by score desc, c.node_id
@@ -21,7 +22,8 @@ limit %(k)s
 select count(*)
 from stark.fusion_features(%(skb)s, %(query)s, %(embedding)s, %(model)s, %(pool)s, %(knn)s, %(link)s,
                            dense_models => %(dense_models)s, dense_qvecs => %(dense_qvecs)s,
-                           pair_fields => %(pair_fields)s, pair_scorers => %(pair_scorers)s) as x
+                           pair_fields => %(pair_fields)s, pair_scorers => %(pair_scorers)s,
+                           pool_splits => %(pool_splits)s) as x
 
 -- name: score_one
 -- The compiled score of one feature vector (tests compare it with LightGBM's own prediction).

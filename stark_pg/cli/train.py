@@ -309,6 +309,11 @@ def fusion(
     extra_min_share: float = typer.Option(0.0, "--extra-min-share", min=0.0, max=1.0, metavar="S",
                                           help="With --extra-train: only questions with at least this share of "
                                                "their answers among the SKB's nodes."),
+    splits: str = typer.Option("train", "--splits", metavar="SPLIT[,SPLIT...]",
+                               help="The query splits learned from, and read by the nearest-question features at "
+                                    "search time: e.g. train,synthetic (`stark-pg synthesize`). Cross-validation "
+                                    "scores only train's questions when train is among them; val and test are "
+                                    "refused."),
     json_: bool = typer.Option(False, "--json", help="Cross-validation figures and feature importance as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -332,7 +337,7 @@ def fusion(
                               folds=folds, repeats=repeats, leaves=leaf_counts, min_data_in_leaf=leaf_data,
                               learning_rate=learning_rate, seed=seed, bag=bag, limit=limit, dense=dense,
                               dense_folds=dense_folds, extra_train=str(extra_train) if extra_train else None,
-                              extra_min_share=extra_min_share)
+                              extra_min_share=extra_min_share, splits=splits.split(","))
     with state(ctx).connect() as conn:
         try:
             report = train_fusion(conn, name, settings, progress=reporter(quiet or json_))

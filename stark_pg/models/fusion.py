@@ -43,11 +43,13 @@ class FusionSettings:
     seed: int = 1
     bag: int = 3                      # models fitted with seeds seed..seed+bag-1, scoring by their mean
                                       # (3: the smallest on the plateau of 24 held-out draws, docs/fusion.md)
-    limit: int | None = None          # only the first N training queries (a quick run)
+    limit: int | None = None          # only the first N training queries of each split (a quick run)
     dense: str | None = None          # cross-fitted dense models NAME-fold<k>of<n> (`train dense --fold k/n`)
     dense_folds: int = 2              # n: how many of them
     extra_train: str | None = None    # a STaRK QA directory: also fit on its training questions the SKB lacks
     extra_min_share: float = 0.0      # of those, only questions with at least this share of answers inside
+    splits: list[str] = field(default_factory=lambda: ["train"])  # questions fitted on, and the pool the
+                                      # nearest-question features read (`--splits train,synthetic`)
 
 
 # the tree settings cross-validation chooses among (each a list in FusionSettings), with the rounds
@@ -248,5 +250,5 @@ def query_features(conn: psycopg.Connection, skb: str, body: str, vector, settin
     (the trained_dense feature) is the fine-tuned models and the query's vector under each."""
     rows = list(sql().fusion_features(conn, skb=skb, query=body, embedding=vector, model=model,
                                       pool=settings.pool, knn=settings.knn, link=settings.link,
-                                      **dense_arguments(dense)))
+                                      pool_splits=list(settings.splits), **dense_arguments(dense)))
     return [int(r[0]) for r in rows], np.array([r[1] for r in rows], dtype=np.float64).reshape(len(rows), -1)

@@ -50,8 +50,8 @@ def rank_params(skb: str, query: str, vector, model: FusionModel, k: int, dense=
     s = model.settings
     fields, scorers = feature_pairs(model.features)
     return {"skb": skb, "query": query, "embedding": vector, "model": model.embed_model, "pool": s["pool"],
-            "knn": s["knn"], "link": s["link"], "k": k, "pair_fields": fields, "pair_scorers": scorers
-            } | dense_arguments(dense)
+            "knn": s["knn"], "link": s["link"], "k": k, "pair_fields": fields, "pair_scorers": scorers,
+            "pool_splits": s.get("splits") or ["train"]} | dense_arguments(dense)
 
 
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
@@ -103,7 +103,7 @@ def trained_dense(query: str, model: FusionModel):
 def contributions(conn, skb: str, query: str, vector, model: FusionModel, node_ids: list[int], dense=None) -> dict:
     """{node: {feature: contribution}} (the largest ten by size, and the bias), from the stored models."""
     s = model.settings
-    settings = FusionSettings(pool=s["pool"], knn=s["knn"], link=s["link"])
+    settings = FusionSettings(pool=s["pool"], knn=s["knn"], link=s["link"], splits=s.get("splits") or ["train"])
     ids, X = query_features(conn, skb, query, vector, settings, model.embed_model, dense)
     position = {n: i for i, n in enumerate(ids)}
     shown = [n for n in node_ids if n in position]

@@ -38,6 +38,7 @@ from stark_pg.train.extra_queries import ExtraQueries, read_extra_training_queri
 
 
 MAX_LINK = 20     # stark.link_queries stores this many name matches per training question
+REPORTED_SPLITS = ("val", "test", "test-0.1", "holdout")   # never learned from (holdout: cross-validation's)
 
 
 def check_fold_models(conn: psycopg.Connection, skb_id: int, skb: str, name: str, folds: int) -> list[str]:
@@ -102,11 +103,20 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
         if not extra.queries:
             raise ValueError(f"--extra-train {settings.extra_train}: no training question there that SKB {skb!r} "
                              f"lacks has an answer among its nodes ({extra.report})")
+    splits = check_splits(settings.splits)
+    if settings.dense and splits != ["train"]:
+        raise ValueError("--dense (cross-fitted over train's folds) and --splits other than train cannot be combined")
     model = canonical_name(settings.model)
-    prepare_training_split(conn, skb, model)
-    queries = from_split(conn, skb_id, "train").queries[:settings.limit]
-    if len(queries) < settings.folds * 2:
-        raise ValueError(f"{len(queries)} training queries are too few for {settings.folds}-fold cross-validation")
+    for split in splits:
+        prepare_training_split(conn, skb, model, split)
+    queries = [q for split in splits for q in from_split(conn, skb_id, split).queries[:settings.limit]]
+    # cross-validation scores the real training questions only, when they are among the splits: settings are
+    # chosen on questions like those the model will be judged on, never on synthesized ones
+    real = {q.query_id for q in from_split(conn, skb_id, "train").queries} if "train" in splits else None
+    scored = [i for i, q in enumerate(queries) if real is None or q.query_id in real]
+    if len(scored) < settings.folds * 2:
+        raise ValueError(f"{len(scored)} training queries (splits {', '.join(splits)}) are too few for "
+                         f"{settings.folds}-fold cross-validation")
     fold_dense = check_fold_models(conn, skb_id, skb, settings.dense, settings.dense_folds) if settings.dense else []
     names = list(sql().fusion_feature_names(conn, skb=skb, model=model, trained_dense=bool(settings.dense)))
     vectors = encode([q.body for q in queries], model)
@@ -133,7 +143,8 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
     rounds_tried = sorted(set(settings.rounds))
     # (index in grid, rounds) -> each held-out question's metrics, once per repeat
     scores: dict[tuple[int, int], list] = {(g, r): [] for g in range(len(grid)) for r in rounds_tried}
-    for repeat, k, held in cross_validation_folds(len(data), settings):
+    for repeat, k, held in cross_validation_folds(len(scored), settings):
+        held = np.array([scored[i] for i in held])
         # the fold's questions leave the training split while every question's features are computed
         # again, so that no nearest-question feature draws on them: what val's questions see of train
         label = f"cross-validation, fold {k + 1} of {settings.folds}" + (
@@ -165,7 +176,8 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
                          asdict(settings) | chosen | {"queries": len(data), "extra_queries": len(extra_data)},
                          {"cv": cv} | chosen, importance)
     save(conn, skb_id, fusion)
-    return {"name": settings.name, "queries": len(data), "extra_queries": len(extra_data),
+    return {"name": settings.name, "queries": len(data), "splits": splits, "scored_in_cv": len(scored),
+            "extra_queries": len(extra_data),
             "extra_train": extra.report or None, "features": len(names), "cv": cv} | chosen | {
             "bag": settings.bag, "repeats": settings.repeats, "importance": dict(list(importance.items())[:10]),
             "feature_seconds": round(featured - started, 1), "seconds": round(time.perf_counter() - started, 1)}
@@ -183,16 +195,28 @@ def cross_validation_folds(n: int, settings: FusionSettings):
             yield repeat, k, held
 
 
-def prepare_training_split(conn: psycopg.Connection, skb: str, model: str) -> dict:
+def check_splits(splits: list[str]) -> list[str]:
+    """The splits a model learns from, in order, each once; never a split methods are reported on."""
+    chosen = list(dict.fromkeys(s.strip() for s in splits if s.strip()))
+    if not chosen:
+        raise ValueError("--splits needs at least one split (e.g. train, or train,synthetic)")
+    reported = [s for s in chosen if s in REPORTED_SPLITS]
+    if reported:
+        raise ValueError(f"--splits {','.join(chosen)}: {', '.join(reported)} is a split methods are reported on; "
+                         "learning from it would overstate every figure on it")
+    return chosen
+
+
+def prepare_training_split(conn: psycopg.Connection, skb: str, model: str, split: str = "train") -> dict:
     """What the features read of the training questions, stored where missing or stale: their vectors
     (the nearest questions of type_share and the knn_* features) and their best name matches (the
     questions naming the same entity of the ent_* features); how many of each it stored. The links are
     stored under the SKB's name lock: two trainings of one SKB at once would otherwise insert the same
     new question's rows (vectors are upserted and need none)."""
-    embedded = embed_split(conn, skb, "train", model)
+    embedded = embed_split(conn, skb, split, model)
     with conn.transaction():
         lock_skb_name(conn, skb)
-        links = sql().link_queries(conn, skb=skb, split="train", depth=MAX_LINK)
+        links = sql().link_queries(conn, skb=skb, split=split, depth=MAX_LINK)
     return {"embedded": embedded, "link_rows": links}
 
 
