@@ -242,7 +242,8 @@ def synthesize(conn: psycopg.Connection, skb_name: str, settings: SynthSettings,
                   llm_calls=calls, llm_seconds=round(llm_seconds, 1), questions=kept,
                   seconds=round(time.perf_counter() - started, 3))
     if kept < limit:
-        report["short"] = f"the plan ran out at {kept} question(s): widen --max-answers or raise --golds"
+        report["short"] = (f"the plan ran out at {kept} question(s): widen --max-answers"
+                           + (" or raise --golds" if settings.mode == "llm" else ""))
     return report
 
 
