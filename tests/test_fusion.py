@@ -657,7 +657,7 @@ def test_splits_fit_on_several_splits_score_only_train_and_set_the_neighbour_poo
     features read (at training and at search time), while cross-validation scores train's questions only;
     a split methods are reported on is refused."""
     from stark_pg.retrieve.fusion import rank_params
-    from stark_pg.train.fusion import check_splits
+    from stark_pg.eval.query_sets import from_split, learning_sets, learning_splits
 
     url, _ = trained
     with connect(url) as conn:
@@ -686,6 +686,12 @@ def test_splits_fit_on_several_splits_score_only_train_and_set_the_neighbour_poo
         assert any(f[knn] > 0 for f in only_more.values())
         nowhere = query_features(conn, SKB, body, encode_query(body), FusionSettings(splits=["nope"]), MODEL)[1]
         assert not nowhere[:, knn].any()
-    for bad in (["train", "val"], ["test"], [" "]):
+        # the trained methods that stop early (mfar, qagnn) hold out part of the first split only
+        rest, held = learning_sets(conn, skb_id, ["train", "more"], 0.25, seed=3)
+        train_ids = {q.query_id for q in from_split(conn, skb_id, "train").queries}
+        assert held.queries and {q.query_id for q in held.queries} <= train_ids
+        assert {q.query_id for q in rest.queries} == (train_ids - {q.query_id for q in held.queries}) | set(
+            range(30_000_000, 30_000_012))
+    for bad in (["train", "val"], ["test"], [" "], "train,holdout"):
         with pytest.raises(ValueError, match="--splits"):
-            check_splits(bad)
+            learning_splits(bad)

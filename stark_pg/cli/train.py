@@ -34,7 +34,10 @@ def mfar(
                                                                 "the standardised scores."),
     exclude: list[str] = typer.Option(None, "--exclude", help="Leave a field out (FIELD or FIELD:lexical|dense); "
                                                               "repeatable. Fields: see `stark-pg train fields`."),
-    train_split: str = typer.Option("train", "--train-split", help="Queries learned from."),
+    train_split: str = typer.Option("train", "--splits", "--train-split", metavar="SPLIT[,SPLIT...]",
+                                    help="Query splits learned from, e.g. train,synthetic (`stark-pg synthesize`); "
+                                         "the early-stopping holdout is drawn from the first only. val and test "
+                                         "are refused."),
     stop_split: str = typer.Option("holdout", "--early-stop-split",
                                    help="Queries the best epoch is chosen on: holdout (a seeded share of the "
                                         "training split, held out of training) or a split name; choosing on the "
@@ -457,6 +460,9 @@ def qagnn(
                                                     "(default all-MiniLM-L6-v2, as `stark-pg index` uses)."),
     seed: int = typer.Option(0, "--seed"),
     limit: int = typer.Option(None, "--limit", help="Only the first N training and held-out queries (a quick run)."),
+    splits: str = typer.Option("train", "--splits", metavar="SPLIT[,SPLIT...]",
+                               help="Query splits learned from, e.g. train,synthetic; the held-out share is drawn "
+                                    "from the first only. val and test are refused."),
     json_: bool = typer.Option(False, "--json", help="Settings, per-epoch history and held-out metrics as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -472,7 +478,7 @@ def qagnn(
 
     settings = TrainSettings(name=model_name, first_stage=first_stage, candidates=candidates, layers=layers,
                              hidden=hidden, epochs=epochs, patience=patience, lr=lr, holdout=holdout, fanout=fanout,
-                             embed_model=model, seed=seed, limit=limit)
+                             embed_model=model, seed=seed, limit=limit, train_split=splits)
     with state(ctx).connect() as conn:
         try:
             report = train_qagnn(conn, name, settings, progress=reporter(quiet or json_))

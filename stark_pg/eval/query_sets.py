@@ -78,6 +78,43 @@ def from_split(conn: psycopg.Connection, skb_id: int, split: str) -> QuerySet:
     return QuerySet(f"split:{split}", split, [EvalQuery(int(q), b, list(a)) for q, b, a in rows])
 
 
+REPORTED_SPLITS = ("val", "test", "test-0.1", HOLDOUT)
+"""Splits a trained method never learns from: the ones methods are reported on, and training's own held-out part."""
+
+
+def learning_splits(splits: list[str] | str) -> list[str]:
+    """The splits a trained method learns from (`--splits train,synthetic`), in order, each once; a split
+    methods are reported on is refused, since learning from it would overstate every figure on it."""
+    if isinstance(splits, str):
+        splits = splits.split(",")
+    chosen = list(dict.fromkeys(s.strip() for s in splits if s.strip()))
+    if not chosen:
+        raise ValueError("--splits needs at least one split (e.g. train, or train,synthetic)")
+    reported = [s for s in chosen if s in REPORTED_SPLITS]
+    if reported:
+        raise ValueError(f"--splits {','.join(chosen)}: {', '.join(reported)} is a split methods are reported on; "
+                         "learning from it would overstate every figure on it")
+    return chosen
+
+
+def from_splits(conn: psycopg.Connection, skb_id: int, splits: list[str]) -> QuerySet:
+    """The questions of several splits, in the order given."""
+    sets = [from_split(conn, skb_id, split) for split in splits]
+    return QuerySet("+".join(s.label for s in sets), splits[0], [q for s in sets for q in s.queries])
+
+
+def learning_sets(conn: psycopg.Connection, skb_id: int, splits: list[str], share: float,
+                  seed: int = 0) -> tuple[QuerySet, QuerySet]:
+    """(the questions of every split but a held-out `share` of the first, that share): training chooses
+    its epochs on questions of the first split only (the real `train`), never on the splits added to it
+    (synthesized questions)."""
+    first, *more = splits
+    rest, held = hold_out(from_split(conn, skb_id, first), share, seed)
+    added = [q for split in more for q in from_split(conn, skb_id, split).queries]
+    label = "+".join([rest.label, *(f"split:{split}" for split in more)])
+    return QuerySet(label, first, rest.queries + added), held
+
+
 def from_file(conn: psycopg.Connection, skb_id: int, path: Path, split: str) -> QuerySet:
     """A bundle-format CSV (`id,query,answer_ids[,split]`); rows of other splits are skipped unless split is 'all'.
 

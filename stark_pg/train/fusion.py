@@ -25,7 +25,7 @@ import psycopg
 
 from stark_pg.embed import canonical_name, encode
 from stark_pg.eval import metrics
-from stark_pg.eval.query_sets import fold_of, from_split
+from stark_pg.eval.query_sets import fold_of, from_split, learning_splits
 from stark_pg.models.fusion import (TREE_SETTINGS, CrossFitted, FusionModel, FusionSettings, compile_sql, fit_bag,
                                    fold_models, query_features, save, search_dense, tree_grid)
 from stark_pg.progress import NullReporter, Reporter
@@ -38,7 +38,6 @@ from stark_pg.train.extra_queries import ExtraQueries, read_extra_training_queri
 
 
 MAX_LINK = 20     # stark.link_queries stores this many name matches per training question
-REPORTED_SPLITS = ("val", "test", "test-0.1", "holdout")   # never learned from (holdout: cross-validation's)
 
 
 def check_fold_models(conn: psycopg.Connection, skb_id: int, skb: str, name: str, folds: int) -> list[str]:
@@ -103,7 +102,7 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
         if not extra.queries:
             raise ValueError(f"--extra-train {settings.extra_train}: no training question there that SKB {skb!r} "
                              f"lacks has an answer among its nodes ({extra.report})")
-    splits = check_splits(settings.splits)
+    splits = learning_splits(settings.splits)
     if settings.dense and splits != ["train"]:
         raise ValueError("--dense (cross-fitted over train's folds) and --splits other than train cannot be combined")
     model = canonical_name(settings.model)
@@ -193,18 +192,6 @@ def cross_validation_folds(n: int, settings: FusionSettings):
         rng = np.random.default_rng(settings.seed if repeat == 0 else [settings.seed, repeat])
         for k, held in enumerate(np.array_split(rng.permutation(n), settings.folds)):
             yield repeat, k, held
-
-
-def check_splits(splits: list[str]) -> list[str]:
-    """The splits a model learns from, in order, each once; never a split methods are reported on."""
-    chosen = list(dict.fromkeys(s.strip() for s in splits if s.strip()))
-    if not chosen:
-        raise ValueError("--splits needs at least one split (e.g. train, or train,synthetic)")
-    reported = [s for s in chosen if s in REPORTED_SPLITS]
-    if reported:
-        raise ValueError(f"--splits {','.join(chosen)}: {', '.join(reported)} is a split methods are reported on; "
-                         "learning from it would overstate every figure on it")
-    return chosen
 
 
 def prepare_training_split(conn: psycopg.Connection, skb: str, model: str, split: str = "train") -> dict:

@@ -29,7 +29,8 @@ import psycopg
 
 from stark_pg.embed import canonical_name, encode
 from stark_pg.eval import metrics
-from stark_pg.eval.query_sets import HOLDOUT, EvalQuery, QuerySet, from_split, hold_out
+from stark_pg.eval.query_sets import (HOLDOUT, EvalQuery, QuerySet, from_split, from_splits,
+                                     learning_sets, learning_splits)
 from stark_pg.models.mfar import MfarModel, Pair, save_model, skb_fields, variant_pairs
 from stark_pg.progress import NullReporter, Reporter
 from stark_pg.resources import queries as sql
@@ -52,7 +53,7 @@ class TrainSettings:
     pool: int = 100                      # shortlist per pair, as at search time
     negatives: int = 32                  # random nodes added to each training query's candidates
     batch_norm: bool = False
-    train_split: str = "train"
+    train_split: str = "train"           # one split or several, comma-separated (`--splits train,synthetic`)
     early_stop_split: str = HOLDOUT       # a held-out part of train_split (`holdout`), or a named split
     holdout: float = 0.2                 # share of train_split held out for early stopping
     seed: int = 0
@@ -127,10 +128,11 @@ def train_mfar(conn: psycopg.Connection, skb: str, settings: TrainSettings | Non
     skb_id = require_skb(conn, skb)
     embed_model = canonical_name(settings.embed_model)
     pairs = variant_pairs(skb_fields(conn, skb, embed_model), settings.variant, tuple(settings.exclude))
-    train_set = from_split(conn, skb_id, settings.train_split)
+    splits = learning_splits(settings.train_split)
     if settings.early_stop_split == HOLDOUT:
-        train_set, stop_set = hold_out(train_set, settings.holdout, settings.seed)
+        train_set, stop_set = learning_sets(conn, skb_id, splits, settings.holdout, settings.seed)
     else:
+        train_set = from_splits(conn, skb_id, splits)
         stop_set = from_split(conn, skb_id, settings.early_stop_split)
     for chosen, role in ((train_set, "training"), (stop_set, "early-stopping")):
         if settings.limit:

@@ -23,7 +23,7 @@ import psycopg
 
 from stark_pg.embed import canonical_name, encode_query
 from stark_pg.eval import metrics
-from stark_pg.eval.query_sets import QuerySet, from_split, hold_out
+from stark_pg.eval.query_sets import QuerySet, learning_sets, learning_splits
 from stark_pg.progress import NullReporter, Reporter
 from stark_pg.models.qagnn import (Graph, Vocabulary, build_graph, collate, fetch_subgraph, new_network,
                                    node_vectors, query_grams, rerank, save_model, torch_threads)
@@ -52,7 +52,7 @@ class TrainSettings:
     max_linked: int = 20                 # nodes linked from the query's words, longest names first
     fanout: int = 20                     # edges one hop out per seed node and direction
     embed_model: str | None = None       # default all-MiniLM-L6-v2 (what `stark-pg index` embedded)
-    train_split: str = "train"
+    train_split: str = "train"           # one split or several, comma-separated (`--splits train,synthetic`)
     limit: int | None = None             # only the first N queries of each part (quick runs)
     threads: int = 1                     # torch threads while training (see `fit`)
 
@@ -195,7 +195,8 @@ def train_qagnn(conn: psycopg.Connection, skb: str, settings: TrainSettings | No
     skb_id = require_skb(conn, skb)
     embed_model = canonical_name(settings.embed_model)
     vocab = Vocabulary.of_skb(conn, skb_id)
-    train_set, stop_set = hold_out(from_split(conn, skb_id, settings.train_split), settings.holdout, settings.seed)
+    train_set, stop_set = learning_sets(conn, skb_id, learning_splits(settings.train_split), settings.holdout,
+                                        settings.seed)
     for chosen, role in ((train_set, "training"), (stop_set, "early-stopping")):
         if settings.limit:
             chosen.queries = chosen.queries[:settings.limit]
