@@ -144,9 +144,14 @@ def test_search_errors_are_a_status_and_one_line(ibd_client, params, status, wor
     assert words in body["error"] and "\n" not in body["error"] and body["status"] == status
 
 
-def test_a_missing_index_is_a_conflict_that_says_what_to_run(evil_client):
+def test_a_missing_index_is_one_line_that_says_so(evil_client):
+    """`evil` has BM25 and no vectors: vss is refused by its SQL function (400, its first line, no
+    PL/pgSQL context); a method whose model is missing says so (409)."""
     reply = evil_client.get("/api/search", params={"skb": "evil", "q": "PPARG", "method": "vss"})
-    assert reply.status_code == 409 and "stark-pg index" in reply.json()["error"]
+    assert reply.status_code == 400 and reply.json()["error"].startswith("no vectors of model 'all-MiniLM-L6-v2'")
+    assert "\n" not in reply.json()["error"] and "CONTEXT" not in reply.json()["error"]
+    reply = evil_client.get("/api/search", params={"skb": "evil", "q": "PPARG", "method": "fusion"})
+    assert reply.status_code == 409 and "no fusion model" in reply.json()["error"]
 
 
 def test_node_has_its_fields_and_neighbours_by_relation(ibd_client, ibd_indexed_url):
@@ -217,7 +222,7 @@ def test_diff_of_one_query_puts_both_rankings_side_by_side(ibd_client, runs, ibd
     assert marked and marked[0]["rank"] == side_a["first_answer_rank"]
     assert {n["node_id"] for n in got["answers"]} == set(side_a["answer_ids"])
     assert got["a"]["run"]["method"] == "bm25" and got["b"]["run"]["method"] == "vss"
-    assert ibd_client.get(f"/api/runs/{a}/diff/{b}/queries/1").status_code == 404
+    assert ibd_client.get(f"/api/runs/{a}/diff/{b}/queries/987654321").status_code == 404
 
 
 def test_runs_of_different_skbs_are_not_diffed(evil_client):
