@@ -248,9 +248,34 @@ def test_connections_are_read_only_and_nothing_but_get_is_served(ibd_client):
     with store.connect() as conn:
         with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
             conn.execute("delete from stark.eval_run")
+        # code that opens a side connection from the request's (the LLM cache writes on one) gets a read-only one
+        with psycopg.connect(conn.info.dsn, autocommit=True) as side:
+            with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+                side.execute("delete from stark.eval_run")
     for path in ("/api/search", "/api/runs", "/search", "/runs/diff"):
         reply = ibd_client.post(path)
         assert reply.status_code == 405 and "read-only" in reply.json()["error"]
+
+
+def test_an_llm_methods_answer_is_not_cached_by_the_server(ibd_client, ibd_indexed_url):
+    """hyde asks an LLM (here a fake one) for a document and would cache the answer: the server refuses
+    the write, says how to search instead, and the cache is as it was."""
+    from fake_llm_server import FakeLLMServer
+
+    def cached() -> int:
+        with psycopg.connect(ibd_indexed_url) as conn:
+            return conn.execute("select count(*) from stark.llm_cache").fetchone()[0]
+
+    before, llm = cached(), FakeLLMServer().start()
+    llm.responder = lambda kind, body: "PPARG agonists such as pioglitazone and rosiglitazone target PPARG."
+    try:
+        reply = ibd_client.get("/api/search", params={"skb": SKB, "q": "drugs that target PPARG", "method": "hyde",
+                                                      "o": ["llm=openai:fake", f"base_url={llm.openai_url}"]})
+    finally:
+        llm.stop()
+    assert llm.requests, "the LLM was not asked"
+    assert reply.status_code == 403 and "cache=only" in reply.json()["error"]
+    assert cached() == before
 
 
 # ---------------------------------------------------------------------------------------------- pages

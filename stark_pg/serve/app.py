@@ -52,18 +52,44 @@ class JSON(JSONResponse):
 # ---------------------------------------------------------------------------------------------- database
 
 class Store:
-    """Read-only connections to one database, one per request."""
+    """Read-only connections to one database, one per request.
+
+    Read-only by the connection string: `options=-c default_transaction_read_only=on`, so that every
+    connection made from it is too, including the side connections code opens from `conn.info.dsn`
+    (the LLM cache writes its answers on one). The schema is brought up to date once, on an ordinary
+    connection, as every command does."""
 
     def __init__(self, dsn: str | None):
         self.dsn = dsn
+        self._url: str | None = None
+
+    def url(self) -> str:
+        if self._url is None:
+            from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+            from stark_pg.db import connect
+            from stark_pg.db.connection import resolve_dsn
+
+            base = resolve_dsn(self.dsn)
+            connect(base).close()
+            options = conninfo_to_dict(base).get("options") or ""
+            self._url = make_conninfo(base, options=f"{options} -c default_transaction_read_only=on".strip())
+        return self._url
 
     @contextmanager
     def connect(self):
-        from stark_pg.db import connect
+        import psycopg
+        from pgvector.psycopg import register_vector
 
-        conn = connect(self.dsn)        # brings the schema up to date once per process, as every command does
+        from stark_pg.db.connection import DatabaseError, redact_dsn
+
+        url = self.url()
         try:
-            conn.execute("set default_transaction_read_only = on")
+            conn = psycopg.connect(url, autocommit=True)
+        except psycopg.OperationalError as exc:
+            raise DatabaseError(f"cannot connect to PostgreSQL at {redact_dsn(url)}: {exc}") from exc
+        try:
+            register_vector(conn)
             yield conn
         finally:
             conn.close()
@@ -302,9 +328,9 @@ def _problem_of(exc: Exception) -> Problem | None:
     if isinstance(exc, (MissingIndex, MissingQueryVector)):
         return Problem(409, str(exc))
     if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):
-        return Problem(403, "this request would write to the database, and stark-pg serve is read-only "
-                            "(a method that caches what it computes: run it once with `stark-pg search`, "
-                            f"then here; {str(exc).splitlines()[0]})")
+        return Problem(403, "this search would write to the database (an LLM's answers to its cache) and "
+                            "stark-pg serve only reads: add the setting cache=only to replay cached answers, "
+                            "or run the search once with `stark-pg search` to cache them")
     if isinstance(exc, (ModelUnavailable, LLMError, DatabaseError, psycopg.OperationalError)):
         return Problem(503, str(exc))
     return None
