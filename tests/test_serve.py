@@ -360,7 +360,8 @@ def test_serve_says_in_one_line_when_the_port_is_taken(ibd_indexed_url):
         taken.listen()
         port = taken.getsockname()[1]
         done = cli_runner(ibd_indexed_url)("serve", "--port", port, expect=1)
-    assert done.stderr.strip() == f"error: port {port} on 127.0.0.1 is in use (another server?): choose another with --port"
+    assert done.stderr.strip() == (f"error: port {port} on 127.0.0.1 is in use (another server?): "
+                                   "choose another with --port")
 
 
 def test_serve_refuses_a_bad_port(ibd_indexed_url):

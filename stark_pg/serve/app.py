@@ -240,18 +240,21 @@ def diff_query_view(store: Store, a: int, b: int, query_id: int, top: int = TOP)
 
 # ---------------------------------------------------------------------------------------------- the plot
 
-PLOT_SIZE, PLOT_MARGIN = 360, 48
+PLOT_SIZE, PLOT_MARGIN, PLOT_GAP = 360, 48, 22
 
 
 def rank_plot(rows: list[dict], missing: int, label_a: str, label_b: str) -> dict:
-    """Per-query first-answer ranks, A across and B up, on log axes (rank 1 at the origin, 'none' past the
-    deepest rank): one circle per distinct (A, B) pair, its area the number of queries there. The template
-    draws it as inline SVG; the data is plain so the API can return it too."""
-    top = math.log10(missing)
+    """Per-query first-answer ranks, A across and B up, on log axes (rank 1 at the origin, 'none' a gap
+    past the deepest rank): one circle per distinct (A, B) pair, its area the number of queries there.
+    The template draws it as inline SVG; the data is plain so the API can return it too."""
+    depth = missing - 1
     span = PLOT_SIZE - 2 * PLOT_MARGIN
+    ranked = span - PLOT_GAP         # ranks 1 to depth, log scale; "none" a gap beyond
 
     def position(rank: int | None) -> float:
-        return round(span * math.log10(rank or missing) / top, 1) if top > 0 else 0.0
+        if rank is None or rank > depth:
+            return float(span)
+        return round(ranked * math.log10(rank) / math.log10(depth), 1) if depth > 1 else 0.0
 
     cells: dict[tuple, list[int]] = {}
     for row in rows:
@@ -263,7 +266,7 @@ def rank_plot(rows: list[dict], missing: int, label_a: str, label_b: str) -> dic
                        "x": PLOT_MARGIN + position(ra), "y": PLOT_SIZE - PLOT_MARGIN - position(rb),
                        "r": round(3 + 2.5 * math.sqrt(len(ids) - 1), 1),
                        "outcome": "wins" if eb < ea else "losses" if eb > ea else "ties"})
-    ticks = [t for t in (1, 10, 100, 1000, 10000) if t < missing]
+    ticks = [t for t in (1, 10, 100, 1000, 10000, 100000) if t <= depth]
     axis = [{"label": str(t), "at": position(t)} for t in ticks] + [{"label": "none", "at": position(None)}]
     return {"size": PLOT_SIZE, "margin": PLOT_MARGIN, "span": span, "axis": axis, "points": points,
             "label_a": label_a, "label_b": label_b}
