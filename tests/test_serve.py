@@ -375,17 +375,26 @@ def chromium_path() -> str | None:
     return os.environ.get("STARK_PG_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+def browser_missing() -> str | None:
+    """Why the browser tests cannot run here (None: they can)."""
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "browser tests need playwright (pip install playwright)"
+    if not chromium_path():
+        return "browser tests need Chromium: apt-get install chromium (or STARK_PG_CHROMIUM=PATH)"
+    return None
+
+
+needs_browser = pytest.mark.skipif(browser_missing() is not None, reason=browser_missing() or "")
+
+
 @pytest.fixture(scope="module")
 def browser():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("browser tests need playwright (pip install playwright)")
-    path = chromium_path()
-    if not path:
-        pytest.skip("browser tests need Chromium: apt-get install chromium (or STARK_PG_CHROMIUM=PATH)")
+    from playwright.sync_api import sync_playwright
+
     with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=path, args=["--no-sandbox"])
+        launched = playwright.chromium.launch(executable_path=chromium_path(), args=["--no-sandbox"])
         yield launched
         launched.close()
 
@@ -447,6 +456,7 @@ def follow(page, selector) -> None:
         page.locator(selector).first.click()
 
 
+@needs_browser
 def test_browser_search_then_node_then_run_diff(page, ibd_site, runs, shots):
     page.goto(ibd_site + "/")
     page.screenshot(path=shots / "skbs.png", full_page=True)
@@ -496,6 +506,7 @@ def test_browser_search_then_node_then_run_diff(page, ibd_site, runs, shots):
     assert page.dialogs == []
 
 
+@needs_browser
 def test_browser_shows_a_script_named_node_as_text(page, evil_site, shots):
     page.goto(evil_site + "/nodes/evil/1")
     assert page.inner_text("h1#name") == EVIL
