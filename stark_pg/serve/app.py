@@ -240,7 +240,7 @@ def diff_query_view(store: Store, a: int, b: int, query_id: int, top: int = TOP)
 
 # ---------------------------------------------------------------------------------------------- the plot
 
-PLOT_SIZE, PLOT_MARGIN, PLOT_GAP = 360, 48, 22
+PLOT_SIZE, PLOT_MARGIN, PLOT_GAP = 360, 48, 30
 
 
 def rank_plot(rows: list[dict], missing: int, label_a: str, label_b: str) -> dict:
