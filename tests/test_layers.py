@@ -6,6 +6,7 @@ importable, and testable, without everything above it. The order, top first:
 
     the package root | __main__    the facade over api (`stark_pg.connect`) | `python -m stark_pg`
     cli                     the commands
+    serve                   `stark-pg serve`'s web application: pages and a JSON API over api's code paths
     api                     the Python API (stark_pg.connect, ...)
     loading                 from a source to a loaded SKB, shared by `stark-pg load` and the API
     train                   fitting models; evaluates them with eval, ranks training questions with retrieve
@@ -34,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent / "stark_pg"
 LAYERS: list[tuple[str, ...]] = [
     ("stark_pg", "stark_pg.__main__"),
     ("stark_pg.cli",),
+    ("stark_pg.serve",),
     ("stark_pg.results",),
     ("stark_pg.api",),
     ("stark_pg.loading",),

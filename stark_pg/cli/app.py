@@ -14,6 +14,7 @@ from stark_pg.cli import llm_cache as llm_cache_commands
 from stark_pg.cli import methods as methods_commands
 from stark_pg.cli import reproduce as reproduce_commands
 from stark_pg.cli import retrieval as retrieval_commands
+from stark_pg.cli import serve as serve_commands
 from stark_pg.cli import skb as skb_commands
 from stark_pg.cli import synthesize as synthesize_commands
 from stark_pg.cli import train as train_commands
@@ -50,6 +51,7 @@ compare_commands.register(app)
 reproduce_commands.register(app)
 tune_commands.register(app)
 train_commands.register(app)
+serve_commands.register(app)
 app.add_typer(db_commands.app, name="db")
 app.add_typer(llm_cache_commands.app, name="llm-cache")
 app.add_typer(synthesize_commands.app, name="synthesize")
