@@ -1,7 +1,8 @@
 """`stark-pg synthesize` with an LLM (STaRK's steps 2-4) on the real slice, against a local server that
 speaks OpenAI's protocol and answers by rule, so that every outcome can be predicted here:
 
-- requirements: two, one of which names the gold answer (the pipeline must drop it);
+- requirements: three, one of which names the gold answer and one is a bare field name (the pipeline
+  must drop both);
 - the first rephrasing drops the anchors' names, the reminded one keeps them (the retry);
 - the first verifier accepts an entry whose name has an even sum of code points, or that was a gold;
   the second supports every requirement, except for entries whose name starts with a letter from A to C.
@@ -44,7 +45,7 @@ class Rules:
         if "properties of this" in prompt:
             name = re.search(r'Do not write the name "(.*)": describe', prompt).group(1)
             self.golds.add(name)
-            return json.dumps({"requirements": ["acts on inflammation", f"is called {name}"]})
+            return json.dumps({"requirements": ["acts on inflammation", f"is called {name}", "description"]})
         names = re.findall(r'"([^"]+)"', prompt.split("exactly as written")[0].split("names")[-1])
         if prompt.startswith("Write one natural question"):
             return json.dumps({"question": f"Which entries linked to {' and '.join(names)} act on inflammation?"})

@@ -19,8 +19,9 @@ from pydantic import BaseModel, Field, field_validator
 from stark_pg.llm import LLMClient, LLMInvalidOutput
 from stark_pg.synthesize.templates import Role
 
-PROMPT_VERSION = "synth-1"
+PROMPT_VERSION = "synth-3"
 MAX_REQUIREMENTS = 3
+MIN_WORDS = 3          # a requirement of fewer words is a field's name ("description"), not a property
 
 
 class Requirements(BaseModel):
@@ -61,7 +62,8 @@ class Made:
 def extract_requirements(client: LLMClient, role: Role, answer_type: str, document: str, name: str,
                          negatives: bool) -> tuple[Requirements, list]:
     """Step 2: what a person in `role` might require that this document shows. Requirements that
-    give the answer's name away are dropped here (a question naming its answer is no question)."""
+    give the answer's name away are dropped here (a question naming its answer is no question), and
+    so are those of fewer than MIN_WORDS words (small models list the entry's field names)."""
     ask_negative = (f'\nUnder "negative", list what the entry says this {answer_type} lacks or does badly; '
                     "those will never be asked for." if negatives else "")
     messages = [
@@ -69,13 +71,16 @@ def extract_requirements(client: LLMClient, role: Role, answer_type: str, docume
                                       f"{role.instruction}"},
         {"role": "user", "content": f"Entry of a knowledge base ({answer_type}):\n{document}\n\n"
                                     f"List 2 or 3 properties of this {answer_type} that the entry states and that "
-                                    f"a {role.name} might search by. Each at most 12 words. Do not write the name "
+                                    f"a {role.name} might search by: each a phrase of 3 to 12 words, taken from "
+                                    "the entry, saying what it is, does or is used for (not the name of a field). "
+                                    "Do not write the name "
                                     f'"{name}": describe, never name.{ask_negative}\nReply with JSON only: '
                                     '{"requirements": ["...", "..."]'
                                     + (', "negative": ["..."]' if negatives else "") + "}"},
     ]
     reply, calls = client.chat_json(messages, Requirements, max_tokens=200)
-    reply.requirements = [r for r in reply.requirements if _flat(name) not in _flat(r)][:MAX_REQUIREMENTS]
+    reply.requirements = [r for r in reply.requirements
+                          if _flat(name) not in _flat(r) and len(r.split()) >= MIN_WORDS][:MAX_REQUIREMENTS]
     return reply, calls
 
 
@@ -132,7 +137,7 @@ def verify(client: LLMClient, answer_type: str, requirements: list[str], documen
                                       "text states it or directly implies it."},
         {"role": "user", "content": f"Requirements:\n{listed}\n\nText:\n{document}\n\nFor each requirement in "
                                     f"order, is it supported by the text? Reply with JSON only: "
-                                    '{"supported": [true, false, ...]} with one value per requirement.'},
+                                    '{"supported": [...]} holding one true or false per requirement, in order.'},
     ], PerRequirement, max_tokens=60)
     verdict["each"] = each.supported
     return verdict, calls + more
