@@ -133,12 +133,15 @@ def index(
         parts = [f"{kind} {c['embedded']:,} embedded, {c['skipped']:,} unchanged, {c['deleted']:,} deleted"
                  for kind, c in ((k, dense_report.get(k)) for k in ("documents", "chunks")) if c]
         encoding = dense_report["encoding"]
-        how = f", {encoding['device']}, {encoding['precision']}" if encoding else ""
+        if not encoding:
+            how = ""
+        elif "api" in encoding:          # an embedding API: no device or precision of ours
+            how = f", {encoding['api']}"
+        else:
+            how = f", {encoding['device']}, {encoding['precision']}"
         settings = dense_report["index"]
         kind = (f"{settings['index'].upper()}" + (f" (m={settings['m']}, ef_construction={settings['ef_construction']}"
                                                   f", {settings['storage']})" if settings["index"] == "hnsw" else ""))
-        if encoding and "api" in encoding:
-            how = f", {encoding['api']}"
         out.print(f"dense ({dense_report['model']}{how}): {'; '.join(parts)}; "
                   f"{len(dense_report.get('indexes_built', []))} {kind} indexes built in {dense_report['seconds']:.1f} s",
                   highlight=False)
