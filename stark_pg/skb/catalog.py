@@ -24,6 +24,12 @@ def skb_info(conn: psycopg.Connection, name: str) -> dict:
     }
 
 
+def drop_summary(conn: psycopg.Connection, name: str) -> dict:
+    """What dropping an SKB removes: its nodes, queries and stored evaluation runs, counted."""
+    nodes, queries, runs = sql().count_what_drop_removes(conn, skb_id=require_skb(conn, name))
+    return {"nodes": nodes, "queries": queries, "runs": runs}
+
+
 def all_skb_names(conn: psycopg.Connection) -> list[str]:
     return [row[1] for row in sql().list_skbs(conn)]
 

@@ -1,0 +1,70 @@
+"""What a new user trips on at the command line (issue 51): `drop` asks first, `--version`, "did you
+mean" for methods, splits and SKBs, one-line errors without PL/pgSQL's context, `compare`'s labels and
+a quick `--help`. The real CLI, a subprocess, against the test database."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+
+import pytest
+
+from stark_pg import __version__
+
+
+def one_line_error(done, *words) -> str:
+    assert done.returncode != 0, done.stdout
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and "Traceback" not in done.stderr, done.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+def skb_names(cli) -> list[str]:
+    return [item["name"] for item in json.loads(cli("info", "--json").stdout)]
+
+
+# --- drop asks first ------------------------------------------------------------------------------
+
+def test_drop_off_a_terminal_needs_yes(cli):
+    cli("load", "synthetic", "--nodes", "100", "--name", "kept", "-q")
+    line = one_line_error(cli("drop", "kept", expect=None), "drop kept", "not a terminal", "--yes")
+    assert skb_names(cli) == ["kept"], line
+    assert cli("drop", "kept", "--yes").stdout.strip() == "dropped kept"
+    assert skb_names(cli) == []
+
+
+def answered(db_url: str, answer: str, *args: str) -> tuple[int, str]:
+    """`stark-pg ARGS` run with a terminal as stdin, `answer` typed at its question: exit code, stderr."""
+    primary, secondary = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-m", "stark_pg", *args], stdin=secondary, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True,
+                               env=os.environ | {"STARK_PG_DSN": db_url, "COLUMNS": "160"})
+    os.close(secondary)
+    try:
+        deadline = time.monotonic() + 120
+        while process.poll() is None and time.monotonic() < deadline:   # the question goes to stderr
+            if select.select([process.stderr], [], [], 0.5)[0]:
+                break
+        os.write(primary, answer.encode() + b"\n")
+        _, err = process.communicate(timeout=300)
+    finally:
+        os.close(primary)
+    return process.returncode, err
+
+
+def test_drop_on_a_terminal_asks_and_drops_only_on_yes(cli, db_url):
+    cli("load", "synthetic", "--nodes", "100", "--name", "asked", "-q")
+    code, err = answered(db_url, "n", "drop", "asked")
+    assert code == 1 and "Drop SKB 'asked' with its 100 nodes" in err and "stored evaluation runs" in err, err
+    assert "not confirmed, nothing dropped" in err
+    assert skb_names(cli) == ["asked"]
+    code, err = answered(db_url, "y", "drop", "asked")
+    assert code == 0, err
+    assert skb_names(cli) == []
