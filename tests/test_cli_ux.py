@@ -68,3 +68,24 @@ def test_drop_on_a_terminal_asks_and_drops_only_on_yes(cli, db_url):
     code, err = answered(db_url, "y", "drop", "asked")
     assert code == 0, err
     assert skb_names(cli) == []
+
+
+# --- --version, a quick --help --------------------------------------------------------------------
+
+def test_version(cli):
+    assert cli("--version").stdout.strip() == f"stark-pg {__version__}"
+
+
+@pytest.mark.parametrize("args", [["--help"], ["search", "--help"], ["eval", "--help"], ["--version"]])
+def test_help_loads_nothing_heavy(args):
+    """--help is quick because it imports no database driver, numerical or model library: they load in
+    the commands that use them (a failing command used to import them to see whether its error was one
+    of the expected ones, which --help's exit went through too)."""
+    probe = ("import sys; sys.argv = ['stark-pg', *sys.argv[1:]]\n"
+             "from stark_pg.cli import main\n"
+             "try:\n    main()\nexcept SystemExit:\n    pass\n"
+             "heavy = ('numpy', 'psycopg', 'torch', 'sentence_transformers', 'pandas', 'lightgbm', 'openai')\n"
+             "print(sorted({m.split('.')[0] for m in sys.modules} & set(heavy)), file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0 and done.stderr.strip().splitlines()[-1] == "[]", done.stderr

@@ -34,11 +34,21 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from stark_pg import __version__
+
+        typer.echo(f"stark-pg {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _global(ctx: typer.Context,
             dsn: str = typer.Option(None, "--dsn", envvar="STARK_PG_DSN", show_envvar=True,
                                     help="PostgreSQL (15+, with pgvector) to use instead of the embedded server, "
-                                         "e.g. postgresql://user:pass@host/db.")) -> None:
+                                         "e.g. postgresql://user:pass@host/db."),
+            version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                         help="Print stark-pg's version and exit.")) -> None:
     ctx.obj = Context(dsn=dsn)
 
 
@@ -99,7 +109,11 @@ def main() -> None:
         raise SystemExit(exit_.exit_code) from None
     try:
         app()
-    except expected_errors() as exc:
+    except (SystemExit, KeyboardInterrupt):
+        raise       # before expected_errors(), whose imports (psycopg, numpy) would slow every --help
+    except Exception as exc:
+        if not isinstance(exc, expected_errors()):
+            raise
         message = " ".join(str(exc).split()) or type(exc).__name__
         try:
             fail(message)
