@@ -89,3 +89,35 @@ def test_help_loads_nothing_heavy(args):
     done = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, timeout=120,
                           stdin=subprocess.DEVNULL)
     assert done.returncode == 0 and done.stderr.strip().splitlines()[-1] == "[]", done.stderr
+
+
+# --- did you mean; one-line errors ----------------------------------------------------------------
+
+@pytest.fixture
+def lexical_only(cli):
+    """A synthetic SKB `synth-ux` with BM25 and no vectors."""
+    cli("load", "synthetic", "--nodes", "100", "--name", "synth-ux", "-q")
+    cli("index", "synth-ux", "--no-dense", "--no-graph", "-q")
+    return json.loads(cli("info", "synth-ux", "--json").stdout)
+
+
+def test_a_mistyped_skb_method_or_split_is_answered_with_the_closest(lexical_only, cli):
+    one_line_error(cli("search", "synth-xu", "fever", "-m", "bm25", expect=None),
+                   "no SKB named 'synth-xu'", "did you mean 'synth-ux'?", "known: synth-ux")
+    one_line_error(cli("search", "synth-ux", "fever", "-m", "bm26", expect=None),
+                   "unknown method 'bm26'", "did you mean 'bm25'?", "known: bm25, vss")
+    one_line_error(cli("eval", "synth-ux", "-m", "hybird", expect=None), "did you mean 'hybrid'?")
+    splits = lexical_only["queries_by_split"]
+    listed = ", ".join(f"{s} {n:,}" for s, n in sorted(splits.items()))
+    line = one_line_error(cli("eval", "synth-ux", "-m", "bm25", "--split", "tset", "-q", expect=None),
+                          "no queries in split:tset of synth-ux", f"its splits: {listed}")
+    assert "did you mean 'test'?" in line
+    line = one_line_error(cli("eval", "synth-ux", "-m", "bm25", "--split", "zzzz", "-q", expect=None),
+                          f"its splits: {listed}")
+    assert "did you mean" not in line                      # nothing close: only the list
+
+
+@pytest.mark.parametrize("method", ["vss", "hybrid"])
+def test_not_indexed_is_one_line_without_plpgsql_context(lexical_only, cli, method):
+    line = one_line_error(cli("search", "synth-ux", "fever", "-m", method, expect=None), "stark-pg index synth-ux")
+    assert "CONTEXT" not in line and "PL/pgSQL" not in line and "line " not in line, line

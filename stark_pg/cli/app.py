@@ -101,6 +101,17 @@ def _check_arguments_are_text(args: list[str]) -> None:
             fail(f"argument {position} ({shown}) is not valid UTF-8 text")
 
 
+def error_message(exc: BaseException) -> str:
+    """What the user is told of an expected error: for a database error its primary message and its hint
+    (what to run), not the CONTEXT lines (which PL/pgSQL function raised it, from which line)."""
+    diag = getattr(exc, "diag", None)
+    primary = getattr(diag, "message_primary", None) if diag is not None else None
+    if not primary:
+        return str(exc)
+    hint = getattr(diag, "message_hint", None)
+    return f"{primary}; {hint}" if hint else primary
+
+
 def main() -> None:
     """Console entry point: expected failures become one clear line on stderr and exit code 1."""
     try:
@@ -114,7 +125,7 @@ def main() -> None:
     except Exception as exc:
         if not isinstance(exc, expected_errors()):
             raise
-        message = " ".join(str(exc).split()) or type(exc).__name__
+        message = " ".join(error_message(exc).split()) or type(exc).__name__
         try:
             fail(message)
         except typer.Exit as exit_:

@@ -157,7 +157,9 @@ def masking(
             chosen.queries = chosen.queries[:limit]
             chosen.label += f"[:{limit}]"
         if not chosen.queries:
-            fail(f"no queries in {chosen.label} of {name}")
+            from stark_pg.eval.session import splits_hint
+
+            fail(f"no queries in {chosen.label} of {name}" + splits_hint(conn, skb_id, split))
         masks = [None]
         for field in dict.fromkeys(p.field for p in model.pairs):
             scorers = [p.scorer for p in model.pairs if p.field == field]
