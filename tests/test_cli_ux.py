@@ -121,3 +121,29 @@ def test_a_mistyped_skb_method_or_split_is_answered_with_the_closest(lexical_onl
 def test_not_indexed_is_one_line_without_plpgsql_context(lexical_only, cli, method):
     line = one_line_error(cli("search", "synth-ux", "fever", "-m", method, expect=None), "stark-pg index synth-ux")
     assert "CONTEXT" not in line and "PL/pgSQL" not in line and "line " not in line, line
+
+
+# --- compare's labels ------------------------------------------------------------------------------
+
+def test_compare_labels_stored_runs_by_method_and_settings(lexical_only, cli, db_url, tmp_path):
+    def run(*options: str, out: str) -> int:
+        done = json.loads(cli("eval", "synth-ux", "-m", "bm25", *options, "--split", "test", "--out",
+                              tmp_path / out, "-q", "--json").stdout)
+        return done["methods"]["bm25"]["run_id"]
+
+    default, changed = run(out="report/a"), run("-o", "k1=0.9", "-o", "b=0.5", out="report/b")
+    result = json.loads(cli("compare", str(default), str(changed), "--json").stdout)
+    assert [r["label"] for r in result["runs"]] == [f"bm25#{default}", f"bm25#{changed} k1=0.9 b=0.5"]
+    text = cli("compare", str(default), str(changed)).stdout
+    assert f"bm25#{changed} k1=0.9 b=0.5" in text
+    # TREC files of one name in two folders are labelled by their paths, whole, even on a narrow terminal
+    files = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.glob("report/*/bm25/run_test.trec"))
+    assert len(files) == 2
+    done = subprocess.run([sys.executable, "-m", "stark_pg", "compare", *files, "--qrels", "report/a/qrels_test.txt"],
+                          capture_output=True, text=True, cwd=tmp_path, stdin=subprocess.DEVNULL, timeout=300,
+                          env=os.environ | {"COLUMNS": "80", "STARK_PG_DSN": db_url,
+                                            "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0, done.stderr
+    assert "…" not in done.stdout
+    first_cells = "".join(line.split("│")[1].strip() for line in done.stdout.splitlines() if line.startswith("│"))
+    assert all(f in first_cells for f in files), done.stdout       # wrapped over lines, but whole
