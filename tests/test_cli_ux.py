@@ -147,3 +147,30 @@ def test_compare_labels_stored_runs_by_method_and_settings(lexical_only, cli, db
     assert "…" not in done.stdout
     first_cells = "".join(line.split("│")[1].strip() for line in done.stdout.splitlines() if line.startswith("│"))
     assert all(f in first_cells for f in files), done.stdout       # wrapped over lines, but whole
+
+
+# --- the README tour and the figures of the docs ------------------------------------------------------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def read(relative: str) -> str:
+    with open(os.path.join(ROOT, relative), encoding="utf-8") as f:
+        return f.read()
+
+
+def test_the_readme_tour_starts_by_putting_stark_pg_on_the_path():
+    """Command 1 installs into .venv; the tour calls bare `stark-pg`, so it activates the venv first."""
+    tour = read("README.md").split("## A short tour", 1)[1]
+    first_block = tour.split("```bash\n", 1)[1].split("```", 1)[0]
+    assert first_block.splitlines()[0].startswith(". .venv/bin/activate")
+    assert ".venv/bin/stark-pg" in tour.split("```bash", 1)[0]
+
+
+def test_the_bm25_row_of_the_mfar_page_is_the_recorded_one():
+    import yaml
+
+    recorded = next(r for r in yaml.safe_load(read("results/stark-prime-ibd.yaml"))["results"] if r["id"] == "bm25")
+    m = recorded["metrics"]
+    row = f"| bm25 | | {m['hit@1']:.3f} | {m['hit@5']:.3f} | {m['recall@20']:.3f} | {m['mrr']:.3f} | |"
+    assert row in read("docs/mfar.md").splitlines()
