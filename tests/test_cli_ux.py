@@ -174,3 +174,37 @@ def test_the_bm25_row_of_the_mfar_page_is_the_recorded_one():
     m = recorded["metrics"]
     row = f"| bm25 | | {m['hit@1']:.3f} | {m['hit@5']:.3f} | {m['recall@20']:.3f} | {m['mrr']:.3f} | |"
     assert row in read("docs/mfar.md").splitlines()
+
+
+# --- chunks only when asked; index --dry-run ------------------------------------------------------
+
+def test_index_embeds_chunks_only_when_asked_and_dry_run_says_what_it_would_do(lexical_only, cli, conn):
+    def vectors() -> list[tuple]:
+        return conn.execute("select model_id, documents, chunks from stark.embedding_build").fetchall()
+
+    nodes = lexical_only["nodes"]
+    plan = json.loads(cli("index", "synth-ux", "--dry-run", "--json").stdout)
+    assert plan["documents"] == {"total": nodes, "to_embed": nodes} and plan["multi_vector"] is False
+    assert plan["chunks"]["total"] == plan["chunks"]["to_embed"] > nodes
+    assert plan["estimate"]["documents_seconds"] > 0 and plan["estimate"]["chunks_seconds"] > 0
+    text = cli("index", "synth-ux", "--dry-run").stdout
+    assert f"documents: {nodes:,}, {nodes:,} to embed, about " in text
+    assert f"chunks: {plan['chunks']['total']:,}, {plan['chunks']['to_embed']:,} to embed" in text
+    assert "not embedded unless --chunks" in text
+    assert vectors() == []                                   # a dry run writes nothing
+
+    built = json.loads(cli("index", "synth-ux", "--no-lexical", "--no-graph", "-q", "--json").stdout)["dense"]
+    assert built["documents"]["embedded"] == nodes and built["chunks"]["total"] == 0
+    shown = cli("index", "synth-ux", "--no-lexical", "--no-graph", "-q").stdout
+    assert "multivss and mfar's field scorers need `stark-pg index synth-ux --chunks`" in " ".join(shown.split())
+    one_line_error(cli("search", "synth-ux", "fever", "-m", "multivss", expect=None),
+                   "no chunk vectors", "run `stark-pg index synth-ux --chunks`")
+
+    plan = json.loads(cli("index", "synth-ux", "--chunks", "--dry-run", "--json").stdout)
+    assert plan["documents"]["to_embed"] == 0 and plan["multi_vector"] is True
+    with_chunks = json.loads(cli("index", "synth-ux", "--chunks", "--no-lexical", "--no-graph", "-q",
+                                 "--json").stdout)["dense"]
+    assert with_chunks["chunks"]["embedded"] == plan["chunks"]["to_embed"] > 0
+    again = json.loads(cli("index", "synth-ux", "--dry-run", "--json").stdout)    # as the last build: chunks
+    assert again["multi_vector"] is True and again["chunks"]["to_embed"] == again["documents"]["to_embed"] == 0
+    assert len(json.loads(cli("search", "synth-ux", "fever", "-m", "multivss", "--json").stdout)["results"]) == 10
