@@ -21,7 +21,7 @@ from loaders.bundle import BundleSource
 from stark_pg import embed
 from stark_pg.db import connect
 from stark_pg.index.dense import build_dense, find_model, hnsw_index_name
-from stark_pg.retrieve import multivss, vss
+from stark_pg.retrieve import MissingIndex, multivss, vss
 from stark_pg.skb.catalog import drop_skb
 from stark_pg.skb.store import load_skb
 from test_bad_input import write_bundle
@@ -195,8 +195,8 @@ def test_errors_say_what_is_missing(conn, tmp_path):
         vss.search(conn, "tiny", "pain", 3)
     conn.rollback()
     build_dense(conn, "tiny", multi_vector=False)
-    with pytest.raises(psycopg.errors.RaiseException, match="no chunk vectors"):
-        multivss.search(conn, "tiny", "pain", 3)
+    with pytest.raises(MissingIndex, match="no chunk vectors .*run `stark-pg index tiny --chunks`"):
+        multivss.search(conn, "tiny", "pain", 3)                 # chunks are built when asked
     conn.rollback()
     with pytest.raises(psycopg.errors.RaiseException, match="3 dimensions, model 'all-MiniLM-L6-v2' has 384"):
         conn.execute("select * from stark.vss('tiny', '[1,2,3]', 3)")
