@@ -304,15 +304,19 @@ def plan_dense(conn: psycopg.Connection, skb_name: str, model: str | None = None
             chunks = chunks_new = conn.execute(
                 "select count(*) from stark.render_chunks(%(skb_id)s, null, %(with_relations)s, %(max_neighbors)s, "
                 "%(chunk_chars)s)", shape).fetchone()[0]
-        documents_sample = [row[1] for row in conn.execute(
-            "select u.node_id, stark.render_document(%(skb_id)s, u.node_id, %(with_relations)s, %(max_neighbors)s) "
-            "from stark.node u where u.skb_id = %(skb_id)s order by u.node_id limit %(n)s", shape | {"n": sample})
-            if row[1]]
+        # nodes spread over the SKB (every n/sample-th by id: types are often loaded in runs), and chunks
+        # mixed across their kinds, so that the sample's lengths are the SKB's
         sampled_nodes = [row[0] for row in conn.execute(
-            "select node_id from stark.node where skb_id = %s order by node_id limit %s", (skb_id, sample))]
+            "select node_id from (select node_id, row_number() over (order by node_id) as r, count(*) over () as n "
+            "from stark.node where skb_id = %s) s where r %% greatest(n / %s, 1) = 0 limit %s",
+            (skb_id, sample, sample))]
+        documents_sample = [row[0] for row in conn.execute(
+            "select stark.render_document(%(skb_id)s, u.node_id, %(with_relations)s, %(max_neighbors)s) "
+            "from unnest(%(node_ids)s::bigint[]) as u(node_id)", shape | {"node_ids": sampled_nodes}) if row[0]]
         chunks_sample = [row[0] for row in conn.execute(
             "select c.body from stark.render_chunks(%(skb_id)s, %(node_ids)s::bigint[], %(with_relations)s, "
-            "%(max_neighbors)s, %(chunk_chars)s) c limit %(n)s", shape | {"node_ids": sampled_nodes, "n": sample})]
+            "%(max_neighbors)s, %(chunk_chars)s) c order by md5(c.node_id::text || ':' || c.chunk_no) limit %(n)s",
+            shape | {"node_ids": sampled_nodes, "n": sample})]
     plan = {"skb": skb_name, "model": found.name if found else embed.canonical_name(model), "multi_vector": multi_vector,
             "documents": {"total": nodes, "to_embed": len(stale_docs)},
             "chunks": {"total": chunks, "to_embed": chunks_new}, "estimate": None}
