@@ -424,7 +424,7 @@ class Bench:
         n = self.args.nodes
         result: dict = {"title": "kill -9 during load"}
         if self.skb_id("victim") is not None:       # a reused --home: start from an absent victim
-            self.cli("drop", "victim", tag="prep")
+            self.cli("drop", "victim", "--yes", tag="prep")
         before = self.snapshot()
 
         load = ["load", "synthetic", "--nodes", str(n), "--name", "victim", "-q", "--json"]
@@ -490,7 +490,7 @@ class Bench:
         victim = self.skb_id("victim")
         if self.one("select count(*) from stark.lex_stats where skb_id = %s", (victim,)):
             self.progress("victim is indexed already (a reused --home): reloading it without its index")
-            self.cli("drop", "victim", tag="prep")
+            self.cli("drop", "victim", "--yes", tag="prep")
             self.ensure_loaded("victim", self.args.nodes)
             victim = self.skb_id("victim")
 
@@ -645,7 +645,7 @@ class Bench:
     def scenario_crash(self) -> dict:
         result: dict = {"title": "postmaster crash"}
         if self.skb_id("crashed") is not None:
-            self.cli("drop", "crashed", tag="prep")
+            self.cli("drop", "crashed", "--yes", tag="prep")
         baseline = self.cli("info", "--json", tag="s4-baseline")
         before = self.snapshot()
         process = self.spawn("load", "synthetic", "--nodes", str(self.args.nodes), "--name", "crashed", "-q",

@@ -143,11 +143,13 @@ class SKB:
 
         return skb_info(self.db.conn, self.name)
 
-    def index(self, *, lexical: bool = True, dense: bool = True, model: str | None = None, multi_vector: bool = True,
+    def index(self, *, lexical: bool = True, dense: bool = True, model: str | None = None,
+              multi_vector: bool | None = None,
               relation_fields: bool = False, device: str | None = None, half: bool = False, batch_size: int = 32,
               progress: bool = False, graph: bool = True) -> dict:
         """Build or refresh the indexes (`stark-pg index`): returns what was (re)built, as `--json` prints it.
-        Incremental: only new or changed nodes are (re)indexed."""
+        Incremental: only new or changed nodes are (re)indexed. `multi_vector` is `--chunks` (None: as the
+        last build, else no)."""
         from stark_pg.embed import requested_device
         from stark_pg.index.dense import BATCH_SIZE, build_dense
         from stark_pg.index.lexical import build_lexical, relation_scopes

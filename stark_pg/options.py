@@ -19,6 +19,14 @@ class OptionError(ValueError):
     pass
 
 
+def did_you_mean(word: str, known) -> str:
+    """"did you mean 'X'? " for the known name closest to a mistyped one (difflib), else ""."""
+    import difflib
+
+    close = difflib.get_close_matches(str(word), [str(k) for k in known], n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
 class MethodOptions:
     """Base of every method's Options dataclass: `check` runs when an instance is made, so no search
     function checks its settings itself. A subclass overrides `check` (calling super().check()) with

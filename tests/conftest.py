@@ -88,7 +88,7 @@ def cli_runner(url: str):
     def run(*args: str, expect: int | None = 0) -> subprocess.CompletedProcess:
         env = os.environ | {"STARK_PG_DSN": url, "COLUMNS": "160"}
         done = subprocess.run([sys.executable, "-m", "stark_pg", *map(str, args)], capture_output=True, text=True,
-                              env=env, timeout=600)
+                              env=env, timeout=600, stdin=subprocess.DEVNULL)     # as a script runs it: no terminal
         if expect is not None:
             assert done.returncode == expect, f"exit {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
         return done

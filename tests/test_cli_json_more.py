@@ -7,9 +7,9 @@ import json
 
 def test_drop_json(cli):
     cli("load", "synthetic", "--nodes", "100", "--name", "gone", "-q")
-    assert json.loads(cli("drop", "gone", "--json").stdout) == {"dropped": "gone"}
+    assert json.loads(cli("drop", "gone", "--json", "--yes").stdout) == {"dropped": "gone"}
     assert json.loads(cli("info", "--json").stdout) == []
-    done = cli("drop", "gone", "--json", expect=1)
+    done = cli("drop", "gone", "--json", "--yes", expect=1)
     assert "gone" in done.stderr and not done.stdout
 
 

@@ -21,7 +21,7 @@ from loaders.bundle import BundleSource
 from stark_pg import embed
 from stark_pg.db import connect
 from stark_pg.index.dense import build_dense, find_model, hnsw_index_name
-from stark_pg.retrieve import multivss, vss
+from stark_pg.retrieve import MissingIndex, multivss, vss
 from stark_pg.skb.catalog import drop_skb
 from stark_pg.skb.store import load_skb
 from test_bad_input import write_bundle
@@ -195,8 +195,8 @@ def test_errors_say_what_is_missing(conn, tmp_path):
         vss.search(conn, "tiny", "pain", 3)
     conn.rollback()
     build_dense(conn, "tiny", multi_vector=False)
-    with pytest.raises(psycopg.errors.RaiseException, match="no chunk vectors"):
-        multivss.search(conn, "tiny", "pain", 3)
+    with pytest.raises(MissingIndex, match="no chunk vectors .*run `stark-pg index tiny --chunks`"):
+        multivss.search(conn, "tiny", "pain", 3)                 # chunks are built when asked
     conn.rollback()
     with pytest.raises(psycopg.errors.RaiseException, match="3 dimensions, model 'all-MiniLM-L6-v2' has 384"):
         conn.execute("select * from stark.vss('tiny', '[1,2,3]', 3)")
@@ -443,9 +443,9 @@ def test_skbs_sharing_a_table_stay_apart(generated):
 
 def test_index_and_search_from_the_command_line(cli, tmp_path):
     cli("load", write_bundle(tmp_path / "tiny"))
-    first = json.loads(cli("index", "tiny", "--no-lexical", "--json").stdout)["dense"]
+    first = json.loads(cli("index", "tiny", "--no-lexical", "--chunks", "--json").stdout)["dense"]
     assert first["documents"]["embedded"] == 3
-    again = json.loads(cli("index", "tiny", "--no-lexical", "--json").stdout)["dense"]
+    again = json.loads(cli("index", "tiny", "--no-lexical", "--json").stdout)["dense"]    # chunks as the last build
     assert again["documents"]["embedded"] == 0 and again["chunks"]["embedded"] == 0
     found = json.loads(cli("search", "tiny", "a painkiller", "-m", "vss", "--json").stdout)
     assert found["results"][0]["name"] == "Aspirin" and found["trace"]["method"] == "vss"

@@ -203,3 +203,15 @@ def test_cli_index_and_search_with_an_openai_model(conn, cli, server):
     assert len(embedding_requests(server)) == calls + 1
     text = cli("index", SKB, "--model", MODEL, "--no-lexical", "--no-multi-vector").stdout
     assert "embedding API: 0 requests" in text
+
+
+def test_cli_index_with_an_openai_model_prints_its_summary(conn, cli, server):
+    """The summary of a build that embedded through an API names the server, not a device (it used to
+    end in a KeyError on 'device' once the vectors were built)."""
+    n = load(conn)
+    result = cli("index", SKB, "--model", MODEL, "--no-lexical", "--no-graph", "--multi-vector")
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.split())             # rich wraps long lines at the terminal's width
+    assert f"dense ({MODEL}, {server.openai_url}): documents {n:,} embedded" in text, text
+    assert "chunks " in text and "Traceback" not in result.stderr
+    assert f"embedding API: {len(embedding_requests(server))} requests" in text

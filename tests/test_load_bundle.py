@@ -85,14 +85,14 @@ def test_if_exists_skip_and_fail(conn):
 
 def test_drop_removes_every_row(cli, db_url):
     cli("load", IBD)
-    cli("drop", "stark-prime-ibd")
+    cli("drop", "stark-prime-ibd", "--yes")
     for table in ("skb", "node", "node_field", "edge", "query"):
         assert count_rows(db_url, table) == 0
     import psycopg
 
     with psycopg.connect(db_url) as c:   # the SKB's edge partition is dropped, not just emptied
         assert c.execute("select count(*) from pg_class where relname like 'edge\\_\\_skb%'").fetchone()[0] == 0
-    assert "no SKB named" in cli("drop", "stark-prime-ibd", expect=1).stderr
+    assert "no SKB named" in cli("drop", "stark-prime-ibd", "--yes", expect=1).stderr
 
 
 def test_db_status_reports_pgvector_and_the_head_revision(cli):

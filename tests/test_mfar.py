@@ -251,7 +251,7 @@ def test_a_missing_model_names_the_command_to_train_it(pconn):
 
 def test_cli_trains_searches_explains_and_prints_the_masking_table(cli, tmp_path):
     cli("load", write_pharma_bundle(tmp_path / "pharma"), "--quiet")
-    cli("index", "pharma", "--relation-fields", "--quiet")
+    cli("index", "pharma", "--relation-fields", "--chunks", "--quiet")
     fields = json.loads(cli("train", "fields", "pharma", "--json").stdout)
     assert {"field": "relation:target", "lexical": True, "dense": True} in fields
     trained = json.loads(cli("train", "mfar", "pharma", "--variant", "2", "--epochs", "3", "--json").stdout)

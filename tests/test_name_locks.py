@@ -116,7 +116,7 @@ def test_two_index_builds_of_one_name_at_once_both_succeed(cli, db_url):
     with psycopg.connect(db_url) as c:
         assert c.execute("select n_docs from stark.lex_stats where scope = '*'").fetchall() == [(300,)]
         assert c.execute("select count(*) from stark.lex_doc where scope = '*'").fetchone()[0] == 300
-    cli("drop", NAME)  # drops take the same lock, in their transaction
+    cli("drop", NAME, "-y")  # drops take the same lock, in their transaction
     assert "no SKBs loaded yet" in cli("info").stdout
 
 

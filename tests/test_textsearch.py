@@ -143,7 +143,7 @@ def test_dropping_the_skb_drops_its_indexes(db_url):
     assert "pg_textsearch" in done.stdout
     with psycopg.connect(db_url) as conn:
         assert conn.execute("select count(*) from pg_class where relname like 'lexbm25%%' and relkind = 'r'").fetchone()[0] == 4
-    run("drop", SKB)
+    run("drop", SKB, "--yes")
     with psycopg.connect(db_url) as conn:
         assert conn.execute("select count(*) from pg_class where relname like 'lexbm25%%'").fetchone()[0] == 0
 

@@ -68,6 +68,11 @@ select relation, count(*) as n from stark.edge where skb_id = :skb_id group by r
 -- name: count_queries_by_split(skb_id)
 select split, count(*) as n from stark.query where skb_id = :skb_id group by split order by split;
 
+-- name: count_what_drop_removes(skb_id)^
+select (select count(*) from stark.node where skb_id = :skb_id) as nodes,
+       (select count(*) from stark.query where skb_id = :skb_id) as queries,
+       (select count(*) from stark.eval_run where skb_id = :skb_id) as runs;
+
 -- name: count_fields(skb_id)
 select field, count(*) as n from stark.node_field where skb_id = :skb_id group by field order by n desc, field;
 

@@ -86,6 +86,14 @@ full join stored s on s.node_id = n.node_id and s.chunk_no = n.chunk_no and s.ki
 where n.node_id is null or s.node_id is null
 order by 1;
 
+-- name: count_chunks_to_embed
+-- The chunks an SKB's nodes have now, and how many of them have no vector of this text yet.
+select count(*) as chunks,
+       count(*) filter (where not exists (
+           select 1 from {chunk} s where s.skb_id = %(skb_id)s and s.node_id = c.node_id and s.chunk_no = c.chunk_no
+                                    and s.kind = c.kind and s.doc_hash = md5(c.body))) as to_embed
+from stark.render_chunks(%(skb_id)s, null, %(with_relations)s, %(max_neighbors)s, %(chunk_chars)s) c;
+
 -- name: render_chunks
 select c.node_id, c.chunk_no, c.kind, c.body, md5(c.body)
 from stark.render_chunks(%(skb_id)s, %(node_ids)s::bigint[], %(with_relations)s, %(max_neighbors)s,

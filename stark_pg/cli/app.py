@@ -35,11 +35,21 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from stark_pg import __version__
+
+        typer.echo(f"stark-pg {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _global(ctx: typer.Context,
             dsn: str = typer.Option(None, "--dsn", envvar="STARK_PG_DSN", show_envvar=True,
                                     help="PostgreSQL (15+, with pgvector) to use instead of the embedded server, "
-                                         "e.g. postgresql://user:pass@host/db.")) -> None:
+                                         "e.g. postgresql://user:pass@host/db."),
+            version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                         help="Print stark-pg's version and exit.")) -> None:
     ctx.obj = Context(dsn=dsn)
 
 
@@ -93,6 +103,17 @@ def _check_arguments_are_text(args: list[str]) -> None:
             fail(f"argument {position} ({shown}) is not valid UTF-8 text")
 
 
+def error_message(exc: BaseException) -> str:
+    """What the user is told of an expected error: for a database error its primary message and its hint
+    (what to run), not the CONTEXT lines (which PL/pgSQL function raised it, from which line)."""
+    diag = getattr(exc, "diag", None)
+    primary = getattr(diag, "message_primary", None) if diag is not None else None
+    if not primary:
+        return str(exc)
+    hint = getattr(diag, "message_hint", None)
+    return f"{primary}; {hint}" if hint else primary
+
+
 def main() -> None:
     """Console entry point: expected failures become one clear line on stderr and exit code 1."""
     try:
@@ -101,8 +122,12 @@ def main() -> None:
         raise SystemExit(exit_.exit_code) from None
     try:
         app()
-    except expected_errors() as exc:
-        message = " ".join(str(exc).split()) or type(exc).__name__
+    except (SystemExit, KeyboardInterrupt):
+        raise       # before expected_errors(), whose imports (psycopg, numpy) would slow every --help
+    except Exception as exc:
+        if not isinstance(exc, expected_errors()):
+            raise
+        message = " ".join(error_message(exc).split()) or type(exc).__name__
         try:
             fail(message)
         except typer.Exit as exit_:

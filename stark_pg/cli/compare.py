@@ -68,7 +68,7 @@ def compare(
             if qrels or skb:
                 fail("--qrels and --skb are for TREC files: stored runs carry their own answers")
             with state(ctx).connect() as conn:
-                loaded = run_sources.stored_runs(conn, [int(r) for r in runs], names)
+                loaded = run_sources.stored_runs(conn, [int(r) for r in runs], names, defaults=default_settings)
             first = loaded[0].info
             title = f"{first['skb']}, {first['query_set']}"
         else:
@@ -100,6 +100,18 @@ def compare(
     show(result, title)
 
 
+def default_settings(method: str) -> dict | None:
+    """A method's default settings, which a stored run's label leaves out (None: not known here)."""
+    import dataclasses
+
+    from stark_pg.retrieve import get_method
+
+    try:
+        return dataclasses.asdict(get_method(method).Options())
+    except Exception:           # a method gone or renamed since the run: its label shows no settings
+        return None
+
+
 def show(result: dict, title: str) -> None:
     """The paper's table (means, differences from the baseline, a dagger where significant), then one row
     per test with the counts and p-values behind it."""
@@ -107,7 +119,7 @@ def show(result: dict, title: str) -> None:
     by_cell = {(c["run"], c["metric"]): c for c in result["comparisons"]}
     means = Table(title=f"{title}: {result['queries']} queries, baseline {result['baseline']}",
                   title_justify="left")
-    means.add_column("run")
+    means.add_column("run", overflow="fold")        # a long label (a file's path) wraps whole, never cut
     for m in names:
         means.add_column(m, justify="right")
     for run in result["runs"]:
@@ -122,7 +134,8 @@ def show(result: dict, title: str) -> None:
               f"{result['correction_name']} over the {result['family']} tests below)", soft_wrap=True)
     tests = Table(title="tests against the baseline", title_justify="left")
     for column in ("run", "metric", "difference", "better", "worse", "p", "adjusted p", ""):
-        tests.add_column(column, justify="left" if column in ("run", "metric") else "right")
+        tests.add_column(column, justify="left" if column in ("run", "metric") else "right",
+                         overflow="fold" if column == "run" else "ellipsis")     # a long label wraps whole
     for c in result["comparisons"]:
         tests.add_row(c["run"], c["metric"], f"{c['difference']:+.4f}", str(c["better"]), str(c["worse"]),
                       _p(c["p_value"]), _p(c["p_adjusted"]), "†" if c["significant"] else "")

@@ -33,8 +33,11 @@ def index(
                                                     "(default all-MiniLM-L6-v2, offline from its PyPI package), "
                                                     "or openai:MODEL for OpenAI or a compatible server "
                                                     "(STARK_PG_EMBED_BASE_URL), cached in stark.llm_cache."),
-    multi_vector: bool = typer.Option(True, "--multi-vector/--no-multi-vector",
-                                      help="Also embed fields and relation chunks (for multivss and mfar)."),
+    multi_vector: bool = typer.Option(None, "--chunks/--no-chunks", "--multi-vector/--no-multi-vector",
+                                      help="Also embed each node's fields and relations as chunks, several vectors a "
+                                           "node, which only multivss, mfar's field scorers and fusion's field "
+                                           "features read; several times the documents' time (--dry-run says how "
+                                           "long). Default: as the last build, else no.", show_default=False),
     relation_fields: bool = typer.Option(False, "--relation-fields",
                                          help="Also BM25-index the type and, per relation, the neighbours' names "
                                               "(mFAR's fields; kept up to date by later builds)."),
@@ -60,6 +63,9 @@ def index(
     hnsw_ef_construction: int = typer.Option(None, "--hnsw-ef-construction",
                                              help="HNSW build candidate list, 4-1000 and at least 2 * m. Default: "
                                                   "as the last build, else 64."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Build nothing: print the documents and chunks there "
+                                                          "are, how many need embedding, and an estimate of the "
+                                                          "time (from embedding a sample here)."),
     json_: bool = typer.Option(False, "--json", help="Print what was (re)built as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -79,6 +85,8 @@ def index(
             requested_device(device, "--device")       # the form only: availability is known once torch loads
         except DeviceError as exc:
             fail(str(exc))
+    if dry_run:
+        return _dry_run(ctx, name, model, multi_vector, device, half, batch_size, json_)
     progress = reporter(quiet or json_)
     report: dict = {}
     if dense:
@@ -133,20 +141,56 @@ def index(
         parts = [f"{kind} {c['embedded']:,} embedded, {c['skipped']:,} unchanged, {c['deleted']:,} deleted"
                  for kind, c in ((k, dense_report.get(k)) for k in ("documents", "chunks")) if c]
         encoding = dense_report["encoding"]
-        how = f", {encoding['device']}, {encoding['precision']}" if encoding else ""
+        if not encoding:
+            how = ""
+        elif "api" in encoding:          # an embedding API: no device or precision of ours
+            how = f", {encoding['api']}"
+        else:
+            how = f", {encoding['device']}, {encoding['precision']}"
         settings = dense_report["index"]
         kind = (f"{settings['index'].upper()}" + (f" (m={settings['m']}, ef_construction={settings['ef_construction']}"
                                                   f", {settings['storage']})" if settings["index"] == "hnsw" else ""))
-        if encoding and "api" in encoding:
-            how = f", {encoding['api']}"
         out.print(f"dense ({dense_report['model']}{how}): {'; '.join(parts)}; "
                   f"{len(dense_report.get('indexes_built', []))} {kind} indexes built in {dense_report['seconds']:.1f} s",
                   highlight=False)
+        if not dense_report["chunks"]["total"]:
+            out.print(f"no chunk vectors: multivss and mfar's field scorers need `stark-pg index {name} --chunks`",
+                      highlight=False, soft_wrap=True)
         api = dense_report.get("embedding_api")
         if api:
             cost = "unknown cost" if api["cost_usd"] is None else f"${api['cost_usd']:.4f}"
             out.print(f"embedding API: {api['calls']} requests, {api['cache_hits']:,} texts from the cache, "
                       f"{api['prompt_tokens']:,} tokens, {cost}", highlight=False)
+
+
+def _dry_run(ctx, name: str, model: str | None, multi_vector: bool | None, device: str | None, half: bool,
+             batch_size: int, json_: bool) -> None:
+    """`index --dry-run`: what a build would embed and how long it would take, nothing written."""
+    from stark_pg.index.dense import plan_dense
+
+    with state(ctx).connect() as conn:
+        plan = plan_dense(conn, name, model=model, multi_vector=multi_vector, device=device, half=half,
+                          encode_batch=batch_size)
+    if json_:
+        print_json(plan)
+        return
+    docs, chunks, estimate = plan["documents"], plan["chunks"], plan["estimate"]
+
+    def took(seconds: float) -> str:
+        return f"about {seconds / 60:.0f} min" if seconds >= 90 else f"about {seconds:.0f} s"
+
+    out.print(f"dry run on {name}, model {plan['model']}: nothing built", highlight=False)
+    out.print(f"documents: {docs['total']:,}, {docs['to_embed']:,} to embed"
+              + (f", {took(estimate['documents_seconds'])}" if estimate else ""), highlight=False)
+    asked = "this build embeds them" if plan["multi_vector"] else "not embedded unless --chunks"
+    out.print(f"chunks: {chunks['total']:,}, {chunks['to_embed']:,} to embed"
+              + (f", {took(estimate['chunks_seconds'])}" if estimate else "") + f" ({asked})", highlight=False)
+    if estimate:
+        out.print(f"estimate from embedding {estimate['sample']['documents']} documents and "
+                  f"{estimate['sample']['chunks']} chunks here ({estimate['encoding']['device']}); the vector "
+                  "indexes' build comes on top", highlight=False, soft_wrap=True)
+    else:
+        out.print("no time estimate for an embedding API (texts already cached cost nothing)", highlight=False)
 
 
 def import_embeddings(

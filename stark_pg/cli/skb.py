@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import typer
 from rich.table import Table
 
-from stark_pg.cli.common import out, print_json, reporter, state
+from stark_pg.cli.common import fail, out, print_json, reporter, state
 
 
 def register(app: typer.Typer) -> None:
@@ -121,11 +122,21 @@ def info(ctx: typer.Context,
 
 
 def drop(ctx: typer.Context, name: str = typer.Argument(..., help="SKB to remove with all its rows."),
+         yes: bool = typer.Option(False, "--yes", "-y", help="Drop without asking (needed when stdin is not a "
+                                                             "terminal)."),
          json_: bool = typer.Option(False, "--json", help="Print {\"dropped\": NAME} as JSON.")) -> None:
-    """Remove an SKB and everything stored for it."""
-    from stark_pg.skb.catalog import drop_skb
+    """Remove an SKB and everything stored for it, its evaluation runs included. Asks first, unless --yes."""
+    from stark_pg.skb.catalog import drop_skb, drop_summary
 
     with state(ctx).connect() as conn:
+        counts = drop_summary(conn, name)           # an unknown name fails here, before any question
+        if not yes:
+            if not sys.stdin.isatty():
+                fail(f"drop {name}: stdin is not a terminal, so there is no one to ask; pass --yes to drop it")
+            what = (f"{counts['nodes']:,} nodes, {counts['queries']:,} queries and "
+                    f"{counts['runs']:,} stored evaluation runs")
+            if not typer.confirm(f"Drop SKB {name!r} with its {what}?", default=False, err=True):
+                fail(f"drop {name}: not confirmed, nothing dropped")
         drop_skb(conn, name)
     if json_:
         print_json({"dropped": name})

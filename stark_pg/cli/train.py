@@ -93,6 +93,10 @@ def mfar(
               highlight=False)
     shown = {k: v for k, v in model.metrics.items() if k != "epoch"}
     out.print("  " + ", ".join(f"{k} {v:.3f}" for k, v in shown.items()), highlight=False)
+    if model.variant in ("all", "dense", "1+n") and not any(p.scorer == "dense" and p.field != "document"
+                                                            for p in model.pairs):
+        out.print(f"[yellow]note: no field is scored by its vectors: the SKB has no chunk vectors of the model; "
+                  f"`stark-pg index {name} --chunks` adds them (then train again)[/]", highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -160,7 +164,9 @@ def masking(
             chosen.queries = chosen.queries[:limit]
             chosen.label += f"[:{limit}]"
         if not chosen.queries:
-            fail(f"no queries in {chosen.label} of {name}")
+            from stark_pg.eval.session import splits_hint
+
+            fail(f"no queries in {chosen.label} of {name}" + splits_hint(conn, skb_id, split))
         masks = [None]
         for field in dict.fromkeys(p.field for p in model.pairs):
             scorers = [p.scorer for p in model.pairs if p.field == field]

@@ -9,6 +9,7 @@ the same queries, so a mismatch is an error naming the runs, never a silent inte
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,15 +25,32 @@ class CompareError(ValueError):
 
 @dataclass
 class RunScores:
-    label: str                                   # short name in tables: bm25#3, or the file's name
+    label: str                                   # name in tables: bm25#3 fusion=weighted, or the file's name
     source: str                                  # run:3, or the file's path
     per_query: dict[str, dict[str, float]]       # query id -> metric -> value
     answered: frozenset[str]                     # the queries the run ranked (what must match across runs)
     info: dict = field(default_factory=dict)     # method, options, skb, query set / qrels
 
 
-def stored_runs(conn: psycopg.Connection, run_ids: list[int], names: list[str]) -> list[RunScores]:
-    """Stored runs by id, all on one SKB, with each query's answers the same in every run."""
+def run_label(method: str, run_id: int, options: dict | None, defaults: dict | None) -> str:
+    """`hybrid#6 fusion=weighted weight=0.5`: the method, the run id, and the settings the run changed
+    from the method's defaults (none shown when the defaults are not known)."""
+    options = options or {}
+    changed = [f"{key}={_setting(options[key])}" for key in (defaults or {})      # in the Options' order
+               if key in options and options[key] != defaults[key]]
+    return " ".join([f"{method}#{run_id}", *changed])
+
+
+def _setting(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(map(str, value))
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def stored_runs(conn: psycopg.Connection, run_ids: list[int], names: list[str],
+                defaults: Callable[[str], dict | None] | None = None) -> list[RunScores]:
+    """Stored runs by id, all on one SKB, with each query's answers the same in every run. `defaults`
+    gives a method's default settings (the caller knows the methods), so that labels show the others."""
     infos = []
     for run_id in run_ids:
         info = sql().run_info(conn, run_id=run_id)
@@ -46,7 +64,7 @@ def stored_runs(conn: psycopg.Connection, run_ids: list[int], names: list[str]) 
                                "compare runs over the same queries")
     runs, answers_seen = [], {}
     for run_id, skb_id, skb, method, query_set, options, finished in infos:
-        label = f"{method}#{run_id}"
+        label = run_label(method, run_id, options, defaults(method) if defaults else None)
         per_query = {}
         for query_id, answer_ids, values in sql().run_query_metrics(conn, skb_id=skb_id, run_id=run_id):
             qid = str(query_id)

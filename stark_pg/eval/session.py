@@ -13,8 +13,9 @@ import psycopg
 from stark_pg.eval import query_sets
 from stark_pg.eval.query_sets import QuerySet
 from stark_pg.eval.runner import Resolve, RunOutcome, run_method
-from stark_pg.options import OptionError
+from stark_pg.options import OptionError, did_you_mean
 from stark_pg.progress import Reporter
+from stark_pg.resources import queries as sql
 from stark_pg.skb.records import LoadError
 
 
@@ -66,6 +67,14 @@ def _values_per_method(modules: dict, values: dict) -> dict[str, dict]:
     return per_method
 
 
+def splits_hint(conn: psycopg.Connection, skb_id: int, split: str) -> str:
+    """" (did you mean 'val'? its splits: train 435, val 171)": what to type instead of a split that
+    holds no queries."""
+    splits = dict(sql().count_queries_by_split(conn, skb_id=skb_id))
+    listed = ", ".join(f"{s} {n:,}" for s, n in splits.items()) or "none: load queries with stark-pg load FILE --skb"
+    return f" ({did_you_mean(split, splits)}its splits: {listed})"
+
+
 def choose_queries(conn: psycopg.Connection, skb_id: int, skb_name: str, split: str = "val",
                    queries_file: Path | None = None, limit: int | None = None) -> QuerySet:
     """The split's stored queries, or those of a CSV not loaded, cut to the first `limit` (by id);
@@ -76,7 +85,8 @@ def choose_queries(conn: psycopg.Connection, skb_id: int, skb_name: str, split: 
         chosen.queries = chosen.queries[:limit]
         chosen.label += f"[:{limit}]"
     if not chosen.queries:
-        raise LoadError(f"no queries in {chosen.label} of {skb_name}")
+        raise LoadError(f"no queries in {chosen.label} of {skb_name}"
+                        + ("" if queries_file else splits_hint(conn, skb_id, split)))
     return chosen
 
 

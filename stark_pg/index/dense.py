@@ -186,7 +186,7 @@ class Encoding:
 
 
 def build_dense(conn: psycopg.Connection, skb_name: str, model: str | None = None, with_relations: bool = True,
-                multi_vector: bool = True, progress: Reporter | None = None, *, max_neighbors: int = 25,
+                multi_vector: bool | None = True, progress: Reporter | None = None, *, max_neighbors: int = 25,
                 chunk_chars: int = 512, batch_size: int = BATCH_SIZE, m: int | None = None,
                 ef_construction: int | None = None, index: str | None = None, storage: str | None = None,
                 device: str | None = None, half: bool = False, encode_batch: int = embed.DEFAULT_BATCH) -> dict:
@@ -244,6 +244,8 @@ def _build_dense(conn, skb_name, model, with_relations, multi_vector, progress, 
         raise OptionError(f"model {found.name!r} holds vectors imported into {skb_name!r} (stark-pg import-embeddings), "
                           "not ones stark-pg computes: import again to change them, or index with another --model")
     tables = found or ensure_model(conn, model)
+    if multi_vector is None:          # as the last build of this SKB with this model, else documents only
+        multi_vector = bool(stored and stored.get("multi_vector"))
     wanted = IndexSettings.resolve(stored, **given)
     notices = []
     if wanted.index == "diskann" and not _vectorscale_ready(conn):
@@ -273,6 +275,69 @@ def _build_dense(conn, skb_name, model, with_relations, multi_vector, progress, 
     return {"model": tables.name, "documents": documents, "chunks": chunks, "indexes_built": built,
             "encoding": encoding.describe() if documents["embedded"] or chunks["embedded"] else None,
             "index": asdict(wanted), "notices": notices, "seconds": round(time.perf_counter() - started, 3)}
+
+
+def plan_dense(conn: psycopg.Connection, skb_name: str, model: str | None = None, multi_vector: bool | None = None,
+               *, with_relations: bool = True, max_neighbors: int = 25, chunk_chars: int = 512,
+               device: str | None = None, half: bool = False, encode_batch: int = embed.DEFAULT_BATCH,
+               sample: int = 32) -> dict:
+    """What `build_dense` would embed, without embedding or writing anything (`stark-pg index --dry-run`):
+    the documents and multi-vector chunks there are and how many are new or changed, and an estimate of
+    the time to embed them, from embedding a sample of `sample` texts of each kind here and now (a local
+    model only: an API's time and price are not guessed). Chunks are counted whether or not this build
+    would embed them (`multi_vector`, None: as the last build), so that the cost of asking is known."""
+    skb_id = require_skb(conn, skb_name)
+    found = find_model(conn, model)
+    stored = queries().build_settings(conn, skb_id=skb_id, model_id=found.model_id) if found else None
+    if multi_vector is None:
+        multi_vector = bool(stored and stored.get("multi_vector"))
+    shape = {"skb_id": skb_id, "with_relations": with_relations, "max_neighbors": max_neighbors,
+             "chunk_chars": chunk_chars}
+    with _committed(conn):
+        nodes = conn.execute("select count(*) from stark.node where skb_id = %s", (skb_id,)).fetchone()[0]
+        if found:
+            stale_docs = [row[0] for row in conn.execute(statement("stale_documents", found), shape)]
+            chunks, chunks_new = conn.execute(statement("count_chunks_to_embed", found), shape).fetchone()
+        else:
+            stale_docs = [row[0] for row in conn.execute(
+                "select node_id from stark.node where skb_id = %s order by node_id", (skb_id,))]
+            chunks = chunks_new = conn.execute(
+                "select count(*) from stark.render_chunks(%(skb_id)s, null, %(with_relations)s, %(max_neighbors)s, "
+                "%(chunk_chars)s)", shape).fetchone()[0]
+        # nodes spread over the SKB (every n/sample-th by id: types are often loaded in runs), and chunks
+        # mixed across their kinds, so that the sample's lengths are the SKB's
+        sampled_nodes = [row[0] for row in conn.execute(
+            "select node_id from (select node_id, row_number() over (order by node_id) as r, count(*) over () as n "
+            "from stark.node where skb_id = %s) s where r %% greatest(n / %s, 1) = 0 limit %s",
+            (skb_id, sample, sample))]
+        documents_sample = [row[0] for row in conn.execute(
+            "select stark.render_document(%(skb_id)s, u.node_id, %(with_relations)s, %(max_neighbors)s) "
+            "from unnest(%(node_ids)s::bigint[]) as u(node_id)", shape | {"node_ids": sampled_nodes}) if row[0]]
+        chunks_sample = [row[0] for row in conn.execute(
+            "select c.body from stark.render_chunks(%(skb_id)s, %(node_ids)s::bigint[], %(with_relations)s, "
+            "%(max_neighbors)s, %(chunk_chars)s) c order by md5(c.node_id::text || ':' || c.chunk_no) limit %(n)s",
+            shape | {"node_ids": sampled_nodes, "n": sample})]
+    plan = {"skb": skb_name, "model": found.name if found else embed.canonical_name(model), "multi_vector": multi_vector,
+            "documents": {"total": nodes, "to_embed": len(stale_docs)},
+            "chunks": {"total": chunks, "to_embed": chunks_new}, "estimate": None}
+    if embed.is_api_model(model) or not (documents_sample or chunks_sample):
+        return plan
+    encoding = Encoding(device, half, encode_batch)
+    name = plan["model"]
+    embed.encode((documents_sample or chunks_sample)[:1], name, 1, device=device, half=half, role="document")  # load
+    per_text = {}
+    for kind, texts in (("documents", documents_sample), ("chunks", chunks_sample)):
+        started = time.perf_counter()
+        if texts:
+            embed.encode(texts, name, encoding.batch, device=device, half=half, role="document")
+        per_text[kind] = (time.perf_counter() - started) / max(len(texts), 1)
+    plan["estimate"] = {
+        "documents_seconds": round(per_text["documents"] * plan["documents"]["to_embed"], 1),
+        "chunks_seconds": round(per_text["chunks"] * plan["chunks"]["to_embed"], 1),
+        "sample": {"documents": len(documents_sample), "chunks": len(chunks_sample)},
+        "encoding": encoding.describe(),
+    }
+    return plan
 
 
 def _vectorscale_ready(conn) -> bool:

@@ -77,7 +77,7 @@ def variant_pairs(fields: list[FieldInfo], variant: str, exclude: tuple[str, ...
                 pairs.append(Pair(f.field, scorer))
     if not pairs:
         raise ValueError(f"variant {variant!r} has no indexed (field, scorer) pair: run `stark-pg index SKB "
-                         "--relation-fields` (BM25 per field) with --multi-vector (dense per field)")
+                         "--relation-fields` (BM25 per field) with --chunks (dense per field)")
     return pairs
 
 

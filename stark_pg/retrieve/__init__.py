@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 
+from stark_pg.options import did_you_mean
 from stark_pg.ranking import Hit, Ranking
 from stark_pg.skb.records import MissingIndex
 
@@ -47,5 +48,5 @@ class UnknownMethod(ValueError):
 def get_method(name: str):
     """The module implementing method `name` (it has `Options` and `search`)."""
     if name not in METHODS:
-        raise UnknownMethod(f"unknown method {name!r} (known: {', '.join(METHODS)})")
+        raise UnknownMethod(f"unknown method {name!r} ({did_you_mean(name, METHODS)}known: {', '.join(METHODS)})")
     return importlib.import_module(METHODS[name])

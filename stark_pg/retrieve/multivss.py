@@ -18,7 +18,7 @@ import psycopg
 from stark_pg.embed import canonical_name, encode_query
 from stark_pg.options import MethodOptions, OptionError
 from stark_pg.resources import queries as sql
-from stark_pg.retrieve import Hit, Ranking
+from stark_pg.retrieve import Hit, MissingIndex, Ranking
 from stark_pg.retrieve.vss import ef_search_set
 
 
@@ -46,9 +46,16 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
     started = time.perf_counter()
     vector = encode_query(query, model)
     embedded = time.perf_counter()
-    with ef_search_set(conn, options.ef_search):
-        rows = list(sql().multivss_top(conn, skb=skb, embedding=vector, k=k, model=model, agg=options.agg,
-                                       top=options.top, pool=options.pool, exact=options.exact))
+    try:
+        with ef_search_set(conn, options.ef_search):
+            rows = list(sql().multivss_top(conn, skb=skb, embedding=vector, k=k, model=model, agg=options.agg,
+                                           top=options.top, pool=options.pool, exact=options.exact))
+    except psycopg.errors.RaiseException as exc:
+        primary = exc.diag.message_primary or ""
+        if "has no chunk vectors" not in primary:
+            raise
+        raise MissingIndex(f"{primary}: multivss ranks by chunk vectors, which `stark-pg index` builds when "
+                           f"asked: run `stark-pg index {skb} --chunks`") from None
     hits = [Hit(int(node_id), float(score)) for node_id, score in rows]
     return Ranking(hits, {"method": "multivss", "sql": "stark.multivss(skb, embedding, k, model, agg, top, pool, exact)",
                           "model": model, "agg": options.agg, "top": options.top,

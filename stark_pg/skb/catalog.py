@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import psycopg
 
+from stark_pg.options import did_you_mean
 from stark_pg.resources import queries as sql
 from stark_pg.skb.locks import lock_skb_name
 from stark_pg.skb.records import LoadError
@@ -24,6 +25,12 @@ def skb_info(conn: psycopg.Connection, name: str) -> dict:
     }
 
 
+def drop_summary(conn: psycopg.Connection, name: str) -> dict:
+    """What dropping an SKB removes: its nodes, queries and stored evaluation runs, counted."""
+    nodes, queries, runs = sql().count_what_drop_removes(conn, skb_id=require_skb(conn, name))
+    return {"nodes": nodes, "queries": queries, "runs": runs}
+
+
 def all_skb_names(conn: psycopg.Connection) -> list[str]:
     return [row[1] for row in sql().list_skbs(conn)]
 
@@ -31,8 +38,8 @@ def all_skb_names(conn: psycopg.Connection) -> list[str]:
 def require_skb(conn: psycopg.Connection, name: str) -> int:
     skb_id = sql().find_skb_id(conn, name=name)
     if skb_id is None:
-        known = ", ".join(all_skb_names(conn)) or "none loaded"
-        raise LoadError(f"no SKB named {name!r} (known: {known})")
+        names = all_skb_names(conn)
+        raise LoadError(f"no SKB named {name!r} ({did_you_mean(name, names)}known: {', '.join(names) or 'none loaded'})")
     return skb_id
 
 
