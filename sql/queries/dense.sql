@@ -100,3 +100,35 @@ on conflict (skb_id, query_id, model) do update set body_md5 = excluded.body_md5
 select (select count(*) from stark.node n where n.skb_id = :skb_id),
        (select count(*) from stark.query q where q.skb_id = :skb_id),
        (select count(*) from stark.query_vector v where v.skb_id = :skb_id and v.model = :model);
+
+-- name: plan_node_count(skb_id)$
+-- `stark-pg index --dry-run`: the SKB's nodes (documents).
+select count(*) from stark.node where skb_id = :skb_id;
+
+-- name: plan_all_nodes(skb_id)
+-- ...every node's id, when no vector of the model exists yet (all are to embed).
+select node_id from stark.node where skb_id = :skb_id order by node_id;
+
+-- name: plan_chunk_count(skb_id, with_relations, max_neighbors, chunk_chars)$
+-- ...the multi-vector chunks the SKB's documents make.
+select count(*) from stark.render_chunks(:skb_id, null, :with_relations, :max_neighbors, :chunk_chars);
+
+-- name: plan_sample_nodes(skb_id, sample)
+-- ...`sample` nodes spread over the SKB (every n/sample-th by id: types are often loaded in runs), so
+-- that the sample's document lengths are the SKB's.
+select node_id from (select node_id, row_number() over (order by node_id) as r, count(*) over () as n
+                     from stark.node where skb_id = :skb_id) s
+where mod(r, greatest(n / :sample, 1)) = 0
+limit :sample;
+
+-- name: plan_sample_documents(skb_id, node_ids, with_relations, max_neighbors)
+-- ...those nodes' documents.
+select stark.render_document(:skb_id, u.node_id, :with_relations, :max_neighbors)
+from unnest(cast(:node_ids as bigint[])) as u(node_id);
+
+-- name: plan_sample_chunks(skb_id, node_ids, with_relations, max_neighbors, chunk_chars, n)
+-- ...and `n` of their chunks, mixed across their kinds.
+select c.body from stark.render_chunks(:skb_id, cast(:node_ids as bigint[]), :with_relations, :max_neighbors,
+                                       :chunk_chars) c
+order by md5(c.node_id::text || ':' || c.chunk_no)
+limit :n;

@@ -294,29 +294,21 @@ def plan_dense(conn: psycopg.Connection, skb_name: str, model: str | None = None
     shape = {"skb_id": skb_id, "with_relations": with_relations, "max_neighbors": max_neighbors,
              "chunk_chars": chunk_chars}
     with _committed(conn):
-        nodes = conn.execute("select count(*) from stark.node where skb_id = %s", (skb_id,)).fetchone()[0]
+        nodes = queries().plan_node_count(conn, skb_id=skb_id)
         if found:
             stale_docs = [row[0] for row in conn.execute(statement("stale_documents", found), shape)]
             chunks, chunks_new = conn.execute(statement("count_chunks_to_embed", found), shape).fetchone()
         else:
-            stale_docs = [row[0] for row in conn.execute(
-                "select node_id from stark.node where skb_id = %s order by node_id", (skb_id,))]
-            chunks = chunks_new = conn.execute(
-                "select count(*) from stark.render_chunks(%(skb_id)s, null, %(with_relations)s, %(max_neighbors)s, "
-                "%(chunk_chars)s)", shape).fetchone()[0]
-        # nodes spread over the SKB (every n/sample-th by id: types are often loaded in runs), and chunks
-        # mixed across their kinds, so that the sample's lengths are the SKB's
-        sampled_nodes = [row[0] for row in conn.execute(
-            "select node_id from (select node_id, row_number() over (order by node_id) as r, count(*) over () as n "
-            "from stark.node where skb_id = %s) s where r %% greatest(n / %s, 1) = 0 limit %s",
-            (skb_id, sample, sample))]
-        documents_sample = [row[0] for row in conn.execute(
-            "select stark.render_document(%(skb_id)s, u.node_id, %(with_relations)s, %(max_neighbors)s) "
-            "from unnest(%(node_ids)s::bigint[]) as u(node_id)", shape | {"node_ids": sampled_nodes}) if row[0]]
-        chunks_sample = [row[0] for row in conn.execute(
-            "select c.body from stark.render_chunks(%(skb_id)s, %(node_ids)s::bigint[], %(with_relations)s, "
-            "%(max_neighbors)s, %(chunk_chars)s) c order by md5(c.node_id::text || ':' || c.chunk_no) limit %(n)s",
-            shape | {"node_ids": sampled_nodes, "n": sample})]
+            stale_docs = [row[0] for row in queries().plan_all_nodes(conn, skb_id=skb_id)]
+            chunks = chunks_new = queries().plan_chunk_count(conn, skb_id=skb_id, with_relations=with_relations,
+                                                             max_neighbors=max_neighbors, chunk_chars=chunk_chars)
+        sampled_nodes = [row[0] for row in queries().plan_sample_nodes(conn, skb_id=skb_id, sample=sample)]
+        documents_sample = [row[0] for row in queries().plan_sample_documents(
+            conn, skb_id=skb_id, node_ids=sampled_nodes, with_relations=with_relations,
+            max_neighbors=max_neighbors) if row[0]]
+        chunks_sample = [row[0] for row in queries().plan_sample_chunks(
+            conn, skb_id=skb_id, node_ids=sampled_nodes, with_relations=with_relations, max_neighbors=max_neighbors,
+            chunk_chars=chunk_chars, n=sample)]
     plan = {"skb": skb_name, "model": found.name if found else embed.canonical_name(model), "multi_vector": multi_vector,
             "documents": {"total": nodes, "to_embed": len(stale_docs)},
             "chunks": {"total": chunks, "to_embed": chunks_new}, "estimate": None}

@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import psycopg
-from pydantic import BaseModel, Field, create_model, field_validator, model_validator
+from pydantic import BaseModel, Field, create_model, model_validator
 
 from stark_pg.llm import LLMClient, LLMInvalidOutput
 from stark_pg.options import OptionError
