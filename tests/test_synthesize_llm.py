@@ -42,8 +42,8 @@ class Rules:
 
     def __call__(self, kind, body) -> str:
         prompt = user_text(kind, body)
-        if "properties of this" in prompt:
-            name = re.search(r'Do not write the name "(.*)": describe', prompt).group(1)
+        if "short phrases" in prompt:
+            name = re.search(r'Do not include the name "(.*)"\.', prompt).group(1)
             self.golds.add(name)
             return json.dumps({"requirements": ["acts on inflammation", f"is called {name}", "description"]})
         names = re.findall(r'"([^"]+)"', prompt.split("exactly as written")[0].split("names")[-1])

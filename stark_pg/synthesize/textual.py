@@ -19,9 +19,9 @@ from pydantic import BaseModel, Field, field_validator
 from stark_pg.llm import LLMClient, LLMInvalidOutput
 from stark_pg.synthesize.templates import Role
 
-PROMPT_VERSION = "synth-3"
+PROMPT_VERSION = "synth-4"
 MAX_REQUIREMENTS = 3
-MIN_WORDS = 3          # a requirement of fewer words is a field's name ("description"), not a property
+MIN_WORDS = 2          # a one-word requirement is a field's name ("description"), not a property
 
 
 class Requirements(BaseModel):
@@ -70,13 +70,12 @@ def extract_requirements(client: LLMClient, role: Role, answer_type: str, docume
         {"role": "system", "content": f"You help write search questions. The person asking is a {role.name}: "
                                       f"{role.instruction}"},
         {"role": "user", "content": f"Entry of a knowledge base ({answer_type}):\n{document}\n\n"
-                                    f"List 2 or 3 properties of this {answer_type} that the entry states and that "
-                                    f"a {role.name} might search by: each a phrase of 3 to 12 words, taken from "
-                                    "the entry, saying what it is, does or is used for (not the name of a field). "
-                                    "Do not write the name "
-                                    f'"{name}": describe, never name.{ask_negative}\nReply with JSON only: '
-                                    '{"requirements": ["...", "..."]'
-                                    + (', "negative": ["..."]' if negatives else "") + "}"},
+                                    f"Copy 2 or 3 short phrases (2 to 12 words each) from the entry's text that "
+                                    f"describe what this {answer_type} is, does or is involved in, as a {role.name} "
+                                    f'might search for it. Do not include the name "{name}".{ask_negative}\n'
+                                    'Reply with JSON only: {"requirements": ["<phrase from the entry>", '
+                                    '"<phrase from the entry>"]'
+                                    + (', "negative": ["<what it lacks>"]' if negatives else "") + "}"},
     ]
     reply, calls = client.chat_json(messages, Requirements, max_tokens=200)
     reply.requirements = [r for r in reply.requirements
