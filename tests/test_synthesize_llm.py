@@ -111,6 +111,7 @@ def test_questions_name_their_anchors_and_their_answers_pass_template_and_verifi
             else:
                 assert item["query_id"] is None and item["answers"] == []
                 assert item["outcome"] == "gold rejected" and names[item["gold"]][:1].upper() in "ABC"
+                assert list(item["verdicts"]) == [str(item["gold"])]      # no candidate asked about after it
         assert sum(i["outcome"] == "kept" for i in items) == 8 == len(bodies)
         assert report["dropped"] == ({"gold rejected": len(items) - 8} if len(items) > 8 else {})
         stats = split_stats(conn, skb_id, "synthetic")

@@ -197,7 +197,8 @@ def _steps(client, role, answer_type, relational, anchors, gold, gold_name, docu
             verdicts[str(node)], _ = verify(client, answer_type, found.requirements, documents[node])
         except LLMInvalidOutput as exc:       # an unusable verdict accepts nothing
             verdicts[str(node)] = {"one": None, "each": None, "error": str(exc)[:200]}
-    if not accepted(verdicts[str(gold)], len(found.requirements)):
-        return Made("gold rejected", question=question, requirements=requirements, verdicts=verdicts)
+        if node == gold and not accepted(verdicts[str(gold)], len(found.requirements)):
+            # the others are not asked about: the item is dropped whatever they would say
+            return Made("gold rejected", question=question, requirements=requirements, verdicts=verdicts)
     answers = sorted(c for c in candidates if accepted(verdicts[str(c)], len(found.requirements)))
     return Made("kept", question=question, requirements=requirements, verdicts=verdicts, answers=answers)
