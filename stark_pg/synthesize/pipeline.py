@@ -123,16 +123,8 @@ def plan(templates: list[Template], found: dict[str, list], settings: SynthSetti
         rows = list(found.get(template.id, []))
         random.Random(f"{settings.seed}:{template.id}").shuffle(rows)
         if rows:
-            queues.append((template, rows))
-    planned: list[Planned] = []
-    depth = 0
-    while len(planned) < limit and any(depth < len(rows) for _, rows in queues):
-        for template, rows in queues:
-            if depth < len(rows) and len(planned) < limit:
-                anchors, candidates = rows[depth]
-                planned.append(Planned(len(planned), template, anchors, candidates))
-        depth += 1
-    return planned
+            queues.append((template, [(anchors, candidates, None) for anchors, candidates in rows]))
+    return in_turns(queues, limit)
 
 
 def plan_with_golds(templates: list[Template], found: dict[str, list], lengths: dict[int, int],
@@ -153,12 +145,17 @@ def plan_with_golds(templates: list[Template], found: dict[str, list], lengths: 
                  for anchors, candidates, golds in per_row if k < len(golds)]
         if pairs:
             queues.append((template, pairs))
+    return in_turns(queues, MAX_PER_SPLIT)
+
+
+def in_turns(queues: list[tuple[Template, list]], limit: int) -> list[Planned]:
+    """The templates' queues of (anchors, candidates, gold) taken in turns, in file order, until `limit`."""
     planned: list[Planned] = []
     depth = 0
-    while len(planned) < MAX_PER_SPLIT and any(depth < len(pairs) for _, pairs in queues):
-        for template, pairs in queues:
-            if depth < len(pairs) and len(planned) < MAX_PER_SPLIT:
-                anchors, candidates, gold = pairs[depth]
+    while len(planned) < limit and any(depth < len(items) for _, items in queues):
+        for template, items in queues:
+            if depth < len(items) and len(planned) < limit:
+                anchors, candidates, gold = items[depth]
                 planned.append(Planned(len(planned), template, anchors, candidates, gold))
         depth += 1
     return planned
