@@ -12,10 +12,9 @@ import psycopg
 from pgvector.psycopg import register_vector
 
 from stark_pg.config import configured_dsn
+from stark_pg.db.errors import DatabaseError
 
-
-class DatabaseError(RuntimeError):
-    """The database cannot be reached or lacks what stark-pg needs."""
+__all__ = ["DatabaseError", "connect", "one_snapshot", "redact_dsn", "resolve_dsn"]
 
 
 def resolve_dsn(dsn: str | None = None) -> str:

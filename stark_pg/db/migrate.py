@@ -25,7 +25,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
-from stark_pg.db.connection import DatabaseError
+from stark_pg.db.errors import DatabaseError
 from stark_pg.resources import migrations_dir
 
 VERSION_TABLE = "stark_pg_alembic_version"

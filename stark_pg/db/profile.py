@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 
 from stark_pg.config import ENV_MEMORY_MB, env
-from stark_pg.db.connection import DatabaseError
+from stark_pg.db.errors import DatabaseError
 
 MIN_BUDGET_MB, MAX_BUDGET_MB = 512, 16384
 ENV = ENV_MEMORY_MB
