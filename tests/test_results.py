@@ -21,8 +21,29 @@ def test_there_are_results_files_and_marked_tables():
     assert FILES, "no results/*.yaml"
     for page, table in [("README.md", "methods"), ("docs/kar.md", "expansion"), ("docs/fusion.md", "fusion"),
                         ("docs/evaluation.md", "recorded"), ("docs/search.md", "search"),
-                        ("docs/llm.md", "llm"), ("docs/dense-retriever.md", "dense")]:
+                        ("docs/llm.md", "llm"), ("docs/dense-retriever.md", "dense"),
+                        ("docs/4stepfocus.md", "focus"), ("docs/agent.md", "agent"), ("docs/mfar.md", "mfar"),
+                        ("docs/qagnn.md", "qagnn"), ("docs/synthesize.md", "synthesized")]:
         assert f"\n<!-- results stark-prime-ibd {table}:" in (ROOT / page).read_text(encoding="utf-8"), (page, table)
+
+
+QUOTED_TABLES = ("epoch", "first stage", "masked", "variant")
+"""First column headers of the tables that quote another command's output (training histories, the masking
+table, the fusion ablation), which stay typed under their command."""
+
+
+def test_every_table_of_eval_figures_is_rendered_from_a_results_file():
+    typed = []
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:   # docs/history/ is history
+        inside = False
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), start=1):
+            inside = (inside or line.startswith("<!-- results ")) and not line.startswith("<!-- end results")
+            header = [cell.strip() for cell in line.strip("|").split("|")]
+            if (not inside and line.startswith("|") and any(c in ("Hit@1", "MRR") or c.startswith(("val Hit@1", "val MRR"))
+                                                             for c in header)
+                    and header[0] not in QUOTED_TABLES):
+                typed.append(f"{page.relative_to(ROOT)}:{number}")
+    assert not typed, f"tables of figures typed by hand (put them in results/*.yaml): {typed}"
 
 
 def test_the_checked_in_tables_are_what_the_results_files_render():
