@@ -307,3 +307,40 @@ def test_the_timeout_is_honoured(endpoint_url, served):
         slow.shutdown()
         with connect(endpoint_url) as conn:
             conn.execute("select stark.embed_endpoint_set(%s, null, 60000)", (served.url,))
+
+
+# ---------------------------------------------------------------------------------------------- the real slice
+
+def test_search_on_the_real_slice_gives_stark_pg_searchs_ranking(ibd_indexed_url):
+    """Issue 51's check: in SQL, with `stark-pg serve` answering, the ranking `stark-pg search` prints, for
+    the question of the README and a fusion model (a small one, removed afterwards)."""
+    from conftest import cli_runner
+    from stark_pg.models.fusion import FusionSettings
+    from stark_pg.retrieve import get_method
+    from stark_pg.train.fusion import train_fusion
+
+    skb, question = "stark-prime-ibd", "drugs that target PPARG"
+    with connect(ibd_indexed_url) as conn:
+        train_fusion(conn, skb, FusionSettings(name="embed-test", limit=30, rounds=[5], folds=2,
+                                               min_data_in_leaf=[5], bag=1))
+    try:
+        with Served(ibd_indexed_url) as server:
+            run = cli_runner(ibd_indexed_url)
+            run("db", "embedding-endpoint", server.url, "--timeout", "60")
+            printed = json.loads(run("search", skb, question, "-m", "fusion", "-o", "name=embed-test", "-k", "10",
+                                     "--json").stdout)
+            with connect(ibd_indexed_url) as conn:
+                rows = conn.execute("select * from stark.search(%s, %s, 'fusion', 10, '{\"name\": \"embed-test\"}')",
+                                    (skb, question)).fetchall()
+                assert [(r[0], r[1], r[2]) for r in rows] == [(r["node_id"], r["type"], r["name"])
+                                                              for r in printed["results"]]
+                assert [r[3] for r in rows] == pytest.approx([r["score"] for r in printed["results"]], rel=1e-6)
+                for method in ("bm25", "vss", "hybrid"):
+                    python = [h.node_id for h in get_method(method).search(conn, skb, question, 10).hits]
+                    sql = [r[0] for r in conn.execute("select node_id from stark.search(%s, %s, %s, 10)",
+                                                      (skb, question, method))]
+                    assert sql == python, method
+    finally:
+        with connect(ibd_indexed_url) as conn:
+            conn.execute("delete from stark.fusion_model where name = 'embed-test'")
+            conn.execute("delete from stark_embed.endpoint")

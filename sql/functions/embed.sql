@@ -100,7 +100,7 @@ revoke all on function stark.embed_endpoint_set(text, text, int) from public;
 
 -- A question's vector under an embedding model: from stark_embed.cache, else from the endpoint
 -- (OpenAI's embeddings protocol: {"model": ..., "input": text} to URL/v1/embeddings, the vector in
--- data[0].embedding), then cached (unless the transaction is read-only). SECURITY DEFINER: it runs
+-- data[0].embedding; an embedding API model `openai:NAME` is asked for as NAME), then cached (unless the transaction is read-only). SECURITY DEFINER: it runs
 -- with its owner's rights, the only rights that reach the http extension and the endpoint's row.
 create or replace function stark.embed(query text, model text default 'all-MiniLM-L6-v2')
 returns vector
@@ -142,7 +142,8 @@ begin
                        'case when $2 is null then null else array[%1$I.http_header(''Authorization'', ''Bearer '' || $2)] end, '
                        '''application/json'', $3)::%1$I.http_request) r', http)
             into reply
-            using e.url || '/v1/embeddings', e.api_key, jsonb_build_object('model', m, 'input', query)::text;
+            using e.url || '/v1/embeddings', e.api_key,
+                  jsonb_build_object('model', regexp_replace(m, '^openai:', '', 'i'), 'input', query)::text;
     exception when others then
         raise exception 'stark.embed: the embedding endpoint % did not answer within % ms: %', e.url,
             e.timeout_ms, sqlerrm using errcode = 'connection_failure';

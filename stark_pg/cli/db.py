@@ -9,7 +9,8 @@ import typer
 
 from stark_pg.cli.common import fail, out, print_json, state
 
-app = typer.Typer(help="The PostgreSQL database stark-pg uses: status, URL, psql, migrations (up and down), stop.",
+app = typer.Typer(help="The PostgreSQL database stark-pg uses: status, URL, psql, migrations (up and down), the "
+                       "embedding endpoint of stark.embed, stop.",
                   no_args_is_help=True)
 
 
@@ -164,9 +165,9 @@ def embedding_endpoint(
     PostgreSQL (docs/sql.md). The database owner runs it: it creates the http extension (pgsql-http, in
     schema stark_http, its functions revoked from everyone else) and stores URL, key and timeout in a table
     only the owner can read. No SQL caller chooses a URL. For the rankings of `stark-pg search`, point it
-    at `stark-pg serve`, which embeds with the same models:
-
-        stark-pg serve &  stark-pg db embedding-endpoint http://127.0.0.1:8000
+    at `stark-pg serve`, which embeds with the same models: with `stark-pg serve` running, `stark-pg db
+    embedding-endpoint http://127.0.0.1:8000`, then in psql `select * from stark.search('SKB', 'a
+    question', 'hybrid', 10)`.
     """
     from stark_pg.resources import queries
 

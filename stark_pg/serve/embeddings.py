@@ -103,6 +103,8 @@ def embeddings_route(store, problem_of):
         with store.connect() as conn:
             known = served_models(conn)
         name = canonical_name(model)
+        if name not in known and f"openai:{name}" in known:     # stark.embed asks for `openai:NAME` as NAME
+            name = f"openai:{name}"
         if name not in known:
             raise EmbeddingError(404, f"the model {model!r} does not exist here: this endpoint serves the models "
                                       f"the database uses ({', '.join(known) or 'none yet: run stark-pg index'})",
