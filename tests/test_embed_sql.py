@@ -132,6 +132,8 @@ def test_the_endpoint_answers_with_the_vectors_search_uses(served):
 
     second = np.frombuffer(base64.b64decode(body["data"][1]["embedding"]), dtype="<f4")
     assert np.array_equal(second, encode_query("kinase inhibitor"))
+    with urllib.request.urlopen(served.url + "/api/openapi.json", timeout=10) as reply:
+        assert "post" in json.loads(reply.read())["paths"]["/v1/embeddings"]
 
 
 def test_the_endpoint_refuses_as_openai_does(served):
@@ -170,6 +172,20 @@ def test_embed_without_an_endpoint_says_how_to_set_one(endpoint_url):
         assert "no embedding endpoint" in got.value.diag.message_primary
         assert "stark-pg db embedding-endpoint" in got.value.diag.message_hint
         conn.rollback()
+
+
+def test_the_endpoint_command_shows_the_setting_and_refuses_a_bad_url_in_one_line(endpoint_url, served):
+    from conftest import cli_runner
+
+    run = cli_runner(endpoint_url)
+    shown = json.loads(run("db", "embedding-endpoint", "--json").stdout)
+    assert shown["url"] == served.url and shown["api_key"] is False and shown["http_schema"] == "stark_http"
+    for args, expected in ((["ftp://example.com"], "url must be http://HOST[:PORT][/PATH]"),
+                           ([served.url, "--timeout", "0"], "--timeout 0.0: must be more than 0"),
+                           ([served.url, "--api-key-env", "STARK_PG_NO_SUCH_VARIABLE"], "is not set")):
+        done = run("db", "embedding-endpoint", *args, expect=1)
+        assert expected in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert json.loads(run("db", "embedding-endpoint", "--json").stdout)["url"] == served.url
 
 
 # ---------------------------------------------------------------------------------------------- stark.search

@@ -527,6 +527,19 @@ def openapi_schema() -> dict:
             "/api/runs/{a}/diff/{b}/queries/{query_id}": get("One query's rankings in both runs, answers marked", [
                 a, b, _parameter("query_id", "path", "integer", "The query's id."),
                 _parameter("top", "query", "integer", f"Ranked nodes per run (default {TOP}).")], 400, 404),
+            "/v1/embeddings": {"post": {
+                "summary": "Query vectors as `stark-pg search` computes them (OpenAI's embeddings protocol)",
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["model", "input"],
+                    "properties": {"model": {"type": "string"},
+                                   "input": {"oneOf": [{"type": "string"},
+                                                       {"type": "array", "items": {"type": "string"}}]},
+                                   "encoding_format": {"type": "string", "enum": ["float", "base64"]}}}}}},
+                "responses": {"200": {"description": "JSON: data[].embedding, model, usage"},
+                              "400": {"description": "OpenAI's error object: a malformed request"},
+                              "404": {"description": "OpenAI's error object: model_not_found"},
+                              "503": {"description": "OpenAI's error object: the database or the model is out "
+                                                     "of reach"}}}},
         },
     }
 
