@@ -108,3 +108,16 @@ select to_jsonb(r) from (
     left join stark.query q on q.skb_id = e.skb_id and q.query_id = e.query_id
     where e.skb_id = :skb_id and e.run_id = :run_id and e.query_id = :query_id
 ) r;
+
+-- name: served_embedding_models()
+-- The embedding models POST /v1/embeddings answers for (stark_pg/serve/embeddings.py): those the database
+-- has vectors of (but imported ones: no local model computes them; their query model instead), and the
+-- query encoders of its stored mFAR and fusion models.
+select m.name from stark.embedding_model m
+where not exists (select 1 from stark.embedding_build b where b.model_id = m.model_id and b.settings ? 'imported')
+union
+select b.settings -> 'imported' ->> 'query_model' from stark.embedding_build b where b.settings ? 'imported'
+union
+select coalesce(f.settings ->> 'query_encoder', f.embed_model) from stark.mfar_model f
+union
+select f.embed_model from stark.fusion_model f;

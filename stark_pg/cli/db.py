@@ -9,7 +9,8 @@ import typer
 
 from stark_pg.cli.common import fail, out, print_json, state
 
-app = typer.Typer(help="The PostgreSQL database stark-pg uses: status, URL, psql, migrations (up and down), stop.",
+app = typer.Typer(help="The PostgreSQL database stark-pg uses: status, URL, psql, migrations (up and down), the "
+                       "embedding endpoint of stark.embed, stop.",
                   no_args_is_help=True)
 
 
@@ -143,6 +144,63 @@ def downgrade(ctx: typer.Context,
         print_json({"before": before, "after": after, "undone": [rev for rev, _ in steps]})
         return
     out.print(f"schema revision {before} -> {after}" if steps else f"schema revision {after} already")
+
+
+@app.command("embedding-endpoint")
+def embedding_endpoint(
+    ctx: typer.Context,
+    url_: str = typer.Argument(None, metavar="URL", show_default=False,
+                               help="The endpoint's base URL: stark.embed posts to URL/v1/embeddings "
+                                    "(`stark-pg serve` at http://127.0.0.1:8000, a TEI, vLLM or OpenAI server). "
+                                    "Without it: print the one set."),
+    api_key_env: str = typer.Option(None, "--api-key-env", metavar="VAR",
+                                    help="Send the API key held in this environment variable (e.g. "
+                                         "OPENAI_API_KEY) as a bearer token; it is stored in a table only the "
+                                         "database owner can read."),
+    timeout: float = typer.Option(10.0, "--timeout", help="Seconds stark.embed waits for an answer before it "
+                                                          "fails (at most 600)."),
+    json_: bool = typer.Option(False, "--json", help="Print the setting as JSON."),
+) -> None:
+    """Set the embedding endpoint `stark.embed` and `stark.search` get query vectors from, inside
+    PostgreSQL (docs/sql.md). The database owner runs it: it creates the http extension (pgsql-http, in
+    schema stark_http, its functions revoked from everyone else) and stores URL, key and timeout in a table
+    only the owner can read. No SQL caller chooses a URL. For the rankings of `stark-pg search`, point it
+    at `stark-pg serve`, which embeds with the same models: with `stark-pg serve` running, `stark-pg db
+    embedding-endpoint http://127.0.0.1:8000`, then in psql `select * from stark.search('SKB', 'a
+    question', 'hybrid', 10)`.
+    """
+    from stark_pg.resources import queries
+
+    with state(ctx).connect() as conn:
+        if url_ is not None:
+            if not 0 < timeout <= 600:
+                fail(f"--timeout {timeout}: must be more than 0 and at most 600 seconds")
+            key = None
+            if api_key_env:
+                key = os.environ.get(api_key_env)
+                if not key:
+                    fail(f"--api-key-env {api_key_env}: that environment variable is not set")
+            import psycopg
+
+            try:
+                with conn.transaction():
+                    queries().set_embed_endpoint(conn, url=url_, api_key=key, timeout_ms=max(1, round(timeout * 1000)))
+            except (psycopg.errors.InvalidParameterValue, psycopg.errors.FeatureNotSupported,
+                    psycopg.errors.InsufficientPrivilege) as exc:
+                hint = f" ({exc.diag.message_hint})" if exc.diag.message_hint else ""
+                fail(f"{exc.diag.message_primary}{hint}")
+        row = queries().embed_endpoint(conn)
+    info = ({"url": row[0], "api_key": row[1], "timeout_s": row[2] / 1000, "set_at": row[3], "http_schema": row[4]}
+            if row else {"url": None})
+    if json_:
+        print_json(info)
+        return
+    if row is None:
+        out.print("no embedding endpoint set: stark-pg db embedding-endpoint URL (e.g. http://127.0.0.1:8000 with "
+                  "stark-pg serve running)", highlight=False)
+        return
+    out.print(f"stark.embed posts to {row[0]}/v1/embeddings ({'with' if row[1] else 'no'} API key, timeout "
+              f"{row[2] / 1000:g} s; http extension in schema {row[4]})", highlight=False)
 
 
 @app.command()

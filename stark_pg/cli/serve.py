@@ -28,8 +28,10 @@ def serve(
     two runs query by query (docs/serve.md).
 
     Pages at http://HOST:PORT/, JSON under /api (/api/search, /api/skbs, /api/nodes/SKB/ID, /api/runs,
-    /api/runs/A/diff/B; the OpenAPI schema at /api/openapi.json). Every connection is read-only: nothing
-    served changes the database. Stops with Ctrl-C.
+    /api/runs/A/diff/B; the OpenAPI schema at /api/openapi.json). POST /v1/embeddings answers OpenAI's
+    embeddings protocol with the query vectors `stark-pg search` computes, for the models the database
+    uses: the endpoint `stark.embed` calls from SQL (`stark-pg db embedding-endpoint`). Every connection is
+    read-only: nothing served changes the database. Stops with Ctrl-C.
     """
     if not 1 <= port <= 65535:
         fail(f"--port {port}: must be between 1 and 65535")

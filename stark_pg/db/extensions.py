@@ -5,8 +5,10 @@
 both, an external server (by DSN, docker) may lack them, so no migration creates them; `stark-pg db
 status` reports them so a user can see what their server can do. `stark-pg index --vector-index
 diskann` creates `vectorscale` when the server has it and builds HNSW with a notice where it does not
-(stark_pg.index.dense). The embedded package also ships `age` and `http`; stark-pg never creates `http` (outbound HTTP
-from SQL), and does not report it.
+(stark_pg.index.dense). The embedded package also ships `age` and `http`. `http` (outbound HTTP from SQL)
+is created only when the database owner sets stark.embed's endpoint (`stark-pg db embedding-endpoint`,
+sql/functions/embed.sql), in its own schema with its functions revoked from everyone but stark.embed;
+it is not reported here.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ route under /api returns it as JSON, so the two never disagree. Searches go thro
 stark_pg.retrieve.results (configure, search_described), as `stark-pg search` does: the same ranking, and
 the reply shaped as `stark-pg search --json`. Everything else reads sql/queries/serve.sql.
 
+`POST /v1/embeddings` (stark_pg/serve/embeddings.py) answers OpenAI's embeddings protocol with the
+vectors `stark-pg search` computes: the endpoint `stark.embed` calls from inside the database.
+
 Errors a user causes (an unknown SKB, node or run, a bad method or setting, a missing index) are a
 status code and one line: `{"error": ...}` from the API, an error page otherwise.
 """
@@ -25,6 +28,7 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 from stark_pg.resources import queries as sql
+from stark_pg.serve.embeddings import embeddings_route
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 TOP = 20                  # ranked nodes shown per run when a query of a diff is opened
@@ -456,6 +460,7 @@ def create_app(dsn: str | None = None) -> Starlette:
         Route("/api/runs/{a}/diff/{b}/queries/{query_id}", endpoint(diff_query)),
         Route("/api/openapi.json", endpoint(openapi)),
         Route("/api/{rest:path}", endpoint(not_found)),
+        Route("/v1/embeddings", embeddings_route(store, _problem_of), methods=["POST"]),
     ]
     app = Starlette(routes=routes)
     app.state.store = store
@@ -467,7 +472,8 @@ def create_app(dsn: str | None = None) -> Starlette:
         return render(request, "error.html", {"status": 404, "message": message}, 404)
 
     async def method_not_allowed(request, exc):
-        return JSON({"error": f"{request.method} {request.url.path}: read-only, only GET", "status": 405},
+        allowed = "POST" if request.url.path == "/v1/embeddings" else "GET"
+        return JSON({"error": f"{request.method} {request.url.path}: read-only, only {allowed}", "status": 405},
                     status_code=405)
 
     app.add_exception_handler(404, page_not_found)
@@ -521,6 +527,19 @@ def openapi_schema() -> dict:
             "/api/runs/{a}/diff/{b}/queries/{query_id}": get("One query's rankings in both runs, answers marked", [
                 a, b, _parameter("query_id", "path", "integer", "The query's id."),
                 _parameter("top", "query", "integer", f"Ranked nodes per run (default {TOP}).")], 400, 404),
+            "/v1/embeddings": {"post": {
+                "summary": "Query vectors as `stark-pg search` computes them (OpenAI's embeddings protocol)",
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                    "type": "object", "required": ["model", "input"],
+                    "properties": {"model": {"type": "string"},
+                                   "input": {"oneOf": [{"type": "string"},
+                                                       {"type": "array", "items": {"type": "string"}}]},
+                                   "encoding_format": {"type": "string", "enum": ["float", "base64"]}}}}}},
+                "responses": {"200": {"description": "JSON: data[].embedding, model, usage"},
+                              "400": {"description": "OpenAI's error object: a malformed request"},
+                              "404": {"description": "OpenAI's error object: model_not_found"},
+                              "503": {"description": "OpenAI's error object: the database or the model is out "
+                                                     "of reach"}}}},
         },
     }
 
