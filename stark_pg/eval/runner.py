@@ -101,7 +101,7 @@ def run_method(conn: psycopg.Connection, skb_id: int, skb_name: str, method: str
 def calls_served_model(settings: dict) -> bool:
     """Whether a method's settings name a served model (an `llm`, or an `openai:` embedding model):
     only such methods wait on the network, and only they run queries concurrently; the others would
-    just contend for the same cores (and a local embedding model is not shared across threads)."""
+    just contend for the same cores."""
     return "llm" in settings or any(isinstance(v, str) and v.startswith("openai:") for v in settings.values())
 
 
