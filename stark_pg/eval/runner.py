@@ -110,7 +110,7 @@ def _connections(conn: psycopg.Connection, n: int):
     """A queue of the connections the searches take turns on: `conn` alone for a sequential run,
     else `n` connections of their own (closed at the end), one per worker."""
     pool: queue.SimpleQueue = queue.SimpleQueue()
-    own = [connect_like(conn) for _ in range(n)] if n > 1 else []
+    own = concurrency.ordered_map(lambda _: connect_like(conn), range(n), n) if n > 1 else []   # opened at once
     for c in own or [conn]:
         pool.put(c)
     try:
