@@ -214,3 +214,16 @@ def test_an_index_with_an_openai_model_and_workers_stores_the_sequential_vectors
     ids = sorted(documents)
     replay = embeddings.encode([documents[n] for n in ids], "openai:fake-embed")     # sequential, from the cache
     assert np.allclose(np.stack([stored[n].to_numpy() for n in ids]), replay, atol=1e-6)
+
+
+def test_the_python_api_evaluates_with_workers_and_refuses_zero(conn, db_url, tiny_skb, server):
+    from stark_pg import api
+
+    server.responder = gold_responder
+    with api.connect(db_url) as db:
+        skb = db.skb("tiny-pharma")
+        with pytest.raises(WorkersError, match="workers 0: must be at least 1"):
+            skb.evaluate("vss+rerank", options={"llm": "openai:qwen-test", "base_url": server.openai_url}, workers=0)
+        result = skb.evaluate("vss+rerank", options={"llm": "openai:qwen-test", "base_url": server.openai_url,
+                                                     "k_max": 10}, workers=3)
+    assert result.summary["vss+rerank"]["hit@1"] == pytest.approx(0.75)       # as sequentially (test_rerank)
