@@ -183,12 +183,15 @@ class SKB:
 
     def evaluate(self, methods=DEFAULT_METHODS, split: str = "val", *, limit: int | None = None,
                  queries: str | Path | None = None, options: dict | None = None, depth: int = 1000,
-                 stored_k: int = 100, out: str | Path | None = None, progress: bool = False) -> "Evaluation":
+                 stored_k: int = 100, out: str | Path | None = None, progress: bool = False,
+                 workers: int | None = None) -> "Evaluation":
         """`stark-pg eval`: every query of `split` (or of the CSV `queries`) through every method, stored as
         runs (an interrupted evaluation resumes). `options` are the methods' settings: {key: value} for every
-        method that has the key, or {method: {key: value}}. `out` writes the report files there."""
+        method that has the key, or {method: {key: value}}. `out` writes the report files there. `workers`
+        is `--workers`: questions of an LLM method searched at once (None: STARK_PG_WORKERS, else 1)."""
         from stark_pg.eval.report import write_report
         from stark_pg.eval.session import choose_queries, method_options, run_methods
+        from stark_pg.llm import concurrency
         from stark_pg.skb.catalog import require_skb
 
         from stark_pg.retrieve.results import check_k
@@ -199,8 +202,9 @@ class SKB:
         conn = self.db.conn
         skb_id = require_skb(conn, self.name)
         chosen = choose_queries(conn, skb_id, self.name, split, queries, limit)
-        outcomes = run_methods(conn, skb_id, self.name, settings, chosen, resolve=get_method, depth=depth,
-                               stored_k=stored_k, progress=_reporter(progress))
+        with concurrency.workers(concurrency.resolve_workers(workers, "workers")):
+            outcomes = run_methods(conn, skb_id, self.name, settings, chosen, resolve=get_method, depth=depth,
+                                   stored_k=stored_k, progress=_reporter(progress))
         report = None
         if out:
             from stark_pg.eval.session import guess_dataset

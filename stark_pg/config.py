@@ -23,6 +23,7 @@ ENV_LLM_CACHE = "STARK_PG_LLM_CACHE"
 ENV_LLM_ENDPOINT = "STARK_PG_LLM_ENDPOINT"
 ENV_LLM_TIMEOUT = "STARK_PG_LLM_TIMEOUT"
 ENV_LLM_RETRIES = "STARK_PG_LLM_RETRIES"
+ENV_WORKERS = "STARK_PG_WORKERS"
 ENV_EMBED_BASE_URL = "STARK_PG_EMBED_BASE_URL"
 ENV_AGENT_PASSWORD = "STARK_PG_AGENT_PASSWORD"
 
@@ -32,11 +33,12 @@ VARIABLES: dict[str, str] = {
     ENV_DEVICE: "where embeddings are computed (what --device sets)",
     ENV_MEMORY_MB: "memory budget of a new embedded cluster",
     ENV_LLM: "the LLM of methods that call one, PROVIDER:MODEL (what -o llm sets)",
-    ENV_LLM_BASE_URL: "an OpenAI- or Anthropic-compatible server for the LLM (what -o base_url sets)",
+    ENV_LLM_BASE_URL: "an OpenAI- or Anthropic-compatible server for the LLM, or several, comma-separated (what -o base_url sets)",
     ENV_LLM_CACHE: "the LLM cache's mode: use, only or refresh (what -o cache sets)",
     ENV_LLM_ENDPOINT: "who answers, in the LLM cache's key (default: the server's address)",
     ENV_LLM_TIMEOUT: "seconds an LLM request may take",
     ENV_LLM_RETRIES: "retries of a failed LLM request",
+    ENV_WORKERS: "requests to a served model (LLM or embedding API) at once (what --workers sets)",
     ENV_EMBED_BASE_URL: "an OpenAI-compatible server for `openai:MODEL` embedding models",
     ENV_AGENT_PASSWORD: "the agent role's password, for servers that do not trust local connections",
     "OPENAI_API_KEY": "the key of OpenAI's API (not needed with a base URL)",

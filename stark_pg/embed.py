@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from functools import lru_cache
 from pathlib import Path
 
@@ -127,7 +128,11 @@ def load_model(model: str | None = None, device: str | None = None, half: bool =
     """A SentenceTransformer on `device` (see resolve_device), in half precision if asked and on a GPU;
     the default model comes from its PyPI package; a trained dense model's encoder of `role`."""
     device = resolve_device(device)
-    return _load(resolve_model(model, role), device, bool(half) and device != "cpu")
+    with _loading:      # evaluation workers (--workers) asking at once load the model once
+        return _load(resolve_model(model, role), device, bool(half) and device != "cpu")
+
+
+_loading = threading.Lock()
 
 
 @lru_cache(maxsize=4)

@@ -35,6 +35,13 @@ class Scripted:
     headers: dict = field(default_factory=dict)
 
 
+class _Server(ThreadingHTTPServer):
+    """A listen backlog for many clients at once (the standard library's 5 would refuse the rest of
+    16 workers' first connections, and the SDK would retry them, as a real server never makes it)."""
+
+    request_queue_size = 128
+
+
 class FakeLLMServer:
     def __init__(self):
         self.requests: list[dict] = []          # {"kind": "openai"|"anthropic", "path", "body", "headers"}
@@ -44,7 +51,7 @@ class FakeLLMServer:
         self.embedding_dim = 8                  # length of the vectors /v1/embeddings returns
         self.embedding_tokens_per_text = 5      # prompt tokens reported per embedded input
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._httpd = _Server(("127.0.0.1", 0), self._handler_class())
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
 

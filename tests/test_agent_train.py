@@ -145,6 +145,27 @@ def test_a_replay_from_the_cache_makes_no_request_and_finds_the_same(conn, llm, 
     assert again.llm["calls"] == 0 and again.llm["cache_hits"] > 0
 
 
+def test_workers_ask_the_entity_parses_at_once_and_find_the_same(conn, llm, trained):
+    from stark_pg.llm.concurrency import workers
+
+    report, requests = trained
+    before = len(llm.requests)
+    with workers(4):
+        again = train_agent(conn, SKB, settings(llm, cache="refresh"))
+    assert len(llm.requests) - before == len(requests)       # the same requests, asked anew
+    def scores(r):
+        return [(c.category, [{k: v for k, v in h.items() if k != "program_id"} for h in c.history])
+                for c in r.categories]
+    assert scores(again) == scores(report)
+    assert {k: v for k, v in again.llm.items() if k != "seconds"} == \
+        {k: v for k, v in report.llm.items() if k != "seconds"}
+    def programs(run_id):
+        return conn.execute("select category, iteration, author, sql, status, error, batch_metrics, feedback, "
+                            "holdout_metrics, chosen from stark.agent_program where run_id = %s "
+                            "order by category, iteration", (run_id,)).fetchall()
+    assert programs(again.run_id) == programs(report.run_id)
+
+
 def test_the_agent_method_runs_the_kept_programs_and_beats_vss(conn, llm, trained):
     report, _ = trained
     skb_id = conn.execute("select stark.skb_id(%s)", (SKB,)).fetchone()[0]

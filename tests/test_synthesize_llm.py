@@ -169,3 +169,30 @@ def test_the_cli_makes_llm_questions_and_estimates_a_dry_run(db, cli, server, mo
     failed = cli("synthesize", SKB, "--limit", "3", "--split", "other", "--seed", "7", "--llm", "openai:qwen-test", "--base-url",
                  server.openai_url, "--cache", "only", expect=1)
     assert "cache=only" in failed.stderr and "Traceback" not in failed.stderr
+
+
+def test_workers_make_and_store_what_a_sequential_run_does(db, server):
+    from stark_pg.llm.concurrency import workers
+
+    with connect(db) as conn:
+        # the fake LLM accepts golds it has seen: a first run shows it them all, so that the two runs
+        # compared, which ask everything anew, get the same answers whatever the order of the requests
+        synthesize(conn, SKB, SynthSettings(mode="llm", split="warm", seed=3), limit=6, client=client(conn, server))
+        conn.execute("delete from stark.llm_cache")
+        server.requests.clear()
+        sequential = synthesize(conn, SKB, SynthSettings(mode="llm", split="one", seed=3), limit=6,
+                                client=client(conn, server))
+        asked = len(server.requests)
+        conn.execute("delete from stark.llm_cache")          # the concurrent run asks everything again
+        with workers(4):
+            concurrent = synthesize(conn, SKB, SynthSettings(mode="llm", split="four", seed=3), limit=6,
+                                    client=client(conn, server))
+        assert len(server.requests) == 2 * asked
+        assert (concurrent["made"], concurrent["dropped"], concurrent["llm_calls"]) == \
+            (sequential["made"], sequential["dropped"], sequential["llm_calls"])
+        def unnamed(rows):
+            return [{k: v for k, v in r.items() if k != "query_id"} for r in rows]
+        assert unnamed(provenance(conn, "four")) == unnamed(provenance(conn, "one"))
+        bodies = conn.execute("select split, body from stark.query where split in ('one', 'four') "
+                              "order by split, query_id").fetchall()
+        assert [b for s, b in bodies if s == "one"] == [b for s, b in bodies if s == "four"]

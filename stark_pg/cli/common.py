@@ -37,6 +37,21 @@ def reporter(quiet: bool):
     return NullReporter() if quiet or not sys.stderr.isatty() else RichReporter(err)
 
 
+WORKERS_HELP = ("Requests to a served model (LLM or openai: embedding model) at once; results are stored as a "
+                "sequential run stores them. Default: STARK_PG_WORKERS, else 1.")
+
+
+def concurrent_calls(value: int | None):
+    """The `--workers` bound as a context for the command's work (stark_pg.llm.concurrency); a bad
+    value (0, a negative, a non-number in STARK_PG_WORKERS) is one line naming it."""
+    from stark_pg.llm.concurrency import WorkersError, resolve_workers, workers
+
+    try:
+        return workers(resolve_workers(value, "--workers"))
+    except WorkersError as exc:
+        fail(str(exc))
+
+
 def print_json(value, stream=None) -> None:
     (stream or sys.stdout).write(json.dumps(value, indent=2, default=str) + "\n")
 

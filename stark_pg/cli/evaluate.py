@@ -7,7 +7,8 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from stark_pg.cli.common import err, fail, out, print_json, reporter, state, writable_dir
+from stark_pg.cli.common import (WORKERS_HELP, concurrent_calls, err, fail, out, print_json, reporter, state,
+                                 writable_dir)
 from stark_pg.retrieve.catalog import method_help
 
 SHOWN = ("hit@1", "hit@5", "recall@20", "mrr")
@@ -39,6 +40,8 @@ def evaluate(
                                                      "report.png and report.html (every query's rankings) here."),
     context: str = typer.Option(None, "--context", help="Show published figures of this STaRK dataset (prime, "
                                                         "mag, amazon) in report.md; guessed from the SKB."),
+    workers: int = typer.Option(None, "--workers", help="LLM methods (and openai: embedding models): queries "
+                                                        "searched at once. " + WORKERS_HELP, show_default=False),
     json_: bool = typer.Option(False, "--json", help="Per method: mean metrics, query count, latency p50/p95."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -62,8 +65,9 @@ def evaluate(
         fail(str(exc))
     if out_dir:
         writable_dir(out_dir, "--out")
+    bound = concurrent_calls(workers)
     progress = reporter(quiet or json_)
-    with state(ctx).connect() as conn:
+    with bound, state(ctx).connect() as conn:
         skb_id = require_skb(conn, name)
         chosen = choose_queries(conn, skb_id, name, split, queries, limit)
         outcomes = run_methods(conn, skb_id, name, settings, chosen, resolve=get_method, depth=depth,

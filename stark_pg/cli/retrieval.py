@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from stark_pg.cli.common import err, fail, out, print_json, reporter, state
+from stark_pg.cli.common import WORKERS_HELP, concurrent_calls, err, fail, out, print_json, reporter, state
 from stark_pg.retrieve.catalog import method_help
 
 
@@ -66,6 +66,8 @@ def index(
     dry_run: bool = typer.Option(False, "--dry-run", help="Build nothing: print the documents and chunks there "
                                                           "are, how many need embedding, and an estimate of the "
                                                           "time (from embedding a sample here)."),
+    workers: int = typer.Option(None, "--workers", help="An openai: model: embedding requests (of --batch-size "
+                                                        "texts) at once. " + WORKERS_HELP, show_default=False),
     json_: bool = typer.Option(False, "--json", help="Print what was (re)built as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -78,6 +80,7 @@ def index(
 
     if batch_size < 1:
         fail(f"--batch-size {batch_size}: must be at least 1")
+    bound = concurrent_calls(workers)
     if dense:
         from stark_pg.embed import DeviceError, requested_device
 
@@ -97,7 +100,7 @@ def index(
                                   ef_construction=hnsw_ef_construction)
         except OptionError as exc:
             fail(str(exc))
-    with state(ctx).connect() as conn:
+    with bound, state(ctx).connect() as conn:
         if lexical:
             from stark_pg.index.lexical import build_lexical, relation_scopes
 
@@ -110,12 +113,15 @@ def index(
             report["graph"] = build_graph_summary(conn, name, progress=progress)
         if dense:
             from stark_pg.index.dense import BATCH_SIZE, build_dense
+            from stark_pg.llm.concurrency import current
 
             try:
                 report["dense"] = build_dense(conn, name, model=model, multi_vector=multi_vector, progress=progress,
                                               index=vector_index, storage=storage, m=hnsw_m,
                                               ef_construction=hnsw_ef_construction, device=device, half=half,
-                                              encode_batch=batch_size, batch_size=max(BATCH_SIZE, batch_size))
+                                              encode_batch=batch_size,
+                                              # enough texts per committed batch for every worker's request
+                                              batch_size=max(BATCH_SIZE, batch_size * current()))
             except OptionError as exc:
                 fail(str(exc))
             for notice in report["dense"]["notices"]:
@@ -260,6 +266,9 @@ def search(
     mask: list[str] = typer.Option(None, "--mask", help="mfar: zero the weight of a field, or of one scorer of it "
                                                         "(FIELD or FIELD:lexical|dense), repeatable; the same as "
                                                         "-o mask=FIELD,..."),
+    workers: int = typer.Option(None, "--workers", help="An LLM method's requests for this query at once (e.g. "
+                                                        "vss+rerank's one per candidate). " + WORKERS_HELP,
+                                show_default=False),
 ) -> None:
     """Rank the nodes of an SKB for a query: id, type, name and score of each result."""
     from stark_pg.options import OptionError
@@ -272,7 +281,7 @@ def search(
                                     explain=explain)
     except (UnknownMethod, OptionError) as exc:
         fail(str(exc))
-    with state(ctx).connect() as conn:
+    with concurrent_calls(workers), state(ctx).connect() as conn:
         hits, ranking = search_described(conn, name, query, module, options, k)
     results = [hit.to_dict() for hit in hits]
     if json_:

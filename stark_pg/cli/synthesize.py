@@ -8,7 +8,8 @@ import typer
 from rich.table import Table
 from typer.core import TyperGroup
 
-from stark_pg.cli.common import fail, out, print_json, reporter, state, writable_dir, writable_file
+from stark_pg.cli.common import (WORKERS_HELP, concurrent_calls, fail, out, print_json, reporter, state, writable_dir,
+                                 writable_file)
 
 
 class _MakeByDefault(TyperGroup):
@@ -59,6 +60,8 @@ def make(
                                                     "`only` replays from stark.llm_cache and never calls."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Plan and say how many questions (and LLM calls, with a "
                                                           "time estimate) it would make; store nothing."),
+    workers: int = typer.Option(None, "--workers", help="LLM mode: verifications of an item's candidates asked at "
+                                                        "once. " + WORKERS_HELP, show_default=False),
     json_: bool = typer.Option(False, "--json", help="Print the report as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
@@ -77,7 +80,7 @@ def make(
                              templates=str(templates) if templates else None, dataset=dataset,
                              mode="relational" if relational_only else "llm", golds=golds,
                              min_doc_chars=min_doc_chars, doc_chars=doc_chars)
-    with state(ctx).connect() as conn:
+    with concurrent_calls(workers), state(ctx).connect() as conn:
         try:
             client = None
             if not relational_only:

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from stark_pg.cli.common import fail, out, print_json, reporter, state, writable_file
+from stark_pg.cli.common import WORKERS_HELP, concurrent_calls, fail, out, print_json, reporter, state, writable_file
 from stark_pg.skb.records import LoadError
 
 app = typer.Typer(help="Train a retrieval method's parameters on an SKB's training queries.", no_args_is_help=True)
@@ -217,6 +217,8 @@ def agent(
     base_url: str = typer.Option(None, "--base-url", help="OpenAI/Anthropic-compatible server (default: "
                                                           "STARK_PG_LLM_BASE_URL)."),
     cache: str = typer.Option(None, "--cache", help="use | only | refresh (default: STARK_PG_LLM_CACHE, else use)."),
+    workers: int = typer.Option(None, "--workers", help="Entity parses of the questions a program is scored on, "
+                                                        "asked at once. " + WORKERS_HELP, show_default=False),
     plot: str = typer.Option(None, "--plot", help="Write the MRR of every program per iteration to this PNG."),
     seed: int = typer.Option(0, "--seed"),
     json_: bool = typer.Option(False, "--json", help="The run's categories, programs' scores and LLM cost as JSON."),
@@ -239,7 +241,7 @@ def agent(
     settings = AgentSettings(iterations=iterations, batch=batch, holdout=holdout, min_queries=min_queries,
                              split=split, limit=limit, entities=entities, timeout_ms=timeout_ms, seed=seed, llm=llm,
                              base_url=base_url, cache=cache)
-    with state(ctx).connect() as conn:
+    with concurrent_calls(workers), state(ctx).connect() as conn:
         try:
             report = train_agent(conn, name, settings, progress=reporter(quiet or json_))
         except (ValueError, RuntimeError, LLMError) as exc:

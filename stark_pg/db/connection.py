@@ -61,6 +61,21 @@ def connect(dsn: str | None = None, *, migrate: bool = True, autocommit: bool = 
     return conn
 
 
+def connect_like(conn: psycopg.Connection) -> psycopg.Connection:
+    """Another autocommit connection to `conn`'s database, as `connect` makes them: for a worker
+    thread, since one connection must not serve two threads' transactions at once."""
+    from psycopg.conninfo import make_conninfo
+
+    password = conn.pgconn.password        # conn.info.dsn leaves it out; libpq still knows it
+    params = {"password": password.decode()} if password else {}
+    try:
+        other = psycopg.connect(make_conninfo(conn.info.dsn, **params), autocommit=True)
+    except psycopg.OperationalError as exc:
+        raise DatabaseError(f"cannot open another connection for a worker: {exc}") from exc
+    register_vector(other)
+    return other
+
+
 def redact_dsn(url: str) -> str:
     """The DSN without its password, for error messages."""
     from sqlalchemy.engine import make_url

@@ -5,6 +5,12 @@ configuration (SKB, method, settings, query set, depth), so re-running an interr
 continues the unfinished run instead of starting over. A query whose method fails (an LLM error,
 a timeout) is stored with the reason and scores zero; the run goes on.
 
+With --workers N (stark_pg.llm.concurrency) up to N queries are searched at once, each on a
+connection of its own (a connection serves one transaction at a time), which is what a method that
+waits seconds on a served model needs. Results are still stored one by one in the query set's order
+on the caller's connection, so the stored rows (and where a resumed run starts) are those of a
+sequential run; a query's latency is still its own search's wall time.
+
 The methods themselves come from whoever calls: a `Resolve` (the CLI and the Python API hand over
 stark_pg.retrieve.get_method) turns a method's name into its module (`Options`, `search`). Evaluation
 thus sits beside retrieval, not on top of it, and a test or a benchmark can evaluate a method that is
@@ -16,7 +22,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import queue
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Callable
@@ -24,9 +32,10 @@ from typing import Callable
 import numpy as np
 import psycopg
 
-from stark_pg.db.connection import one_snapshot
+from stark_pg.db.connection import connect_like, one_snapshot
 from stark_pg.eval import metrics
 from stark_pg.eval.query_sets import QuerySet
+from stark_pg.llm import concurrency
 from stark_pg.llm.embeddings import cache_in
 from stark_pg.progress import NullReporter, Reporter
 from stark_pg.resources import queries as sql
@@ -66,33 +75,68 @@ def run_method(conn: psycopg.Connection, skb_id: int, skb_name: str, method: str
     todo = [q for q in query_set.queries if q.query_id not in done]
     with progress.stage(method, total=len(query_set.queries)) as stage:
         stage.advance(len(done))
-        for query in todo:
-            started = time.perf_counter()
-            try:
-                with cache_in(conn):      # an embedding API's vectors are cached in this database
-                    with one_snapshot(conn):     # one version of the SKB, even across a replace
-                        ranking, error = module.search(conn, skb_name, query.body, depth, options), None
-            except Exception as exc:  # a failing query is recorded, not fatal
-                conn.rollback()
-                if needs_setup(exc):      # ...unless every query would fail alike
-                    raise
-                ranking, error = Ranking([], {}), f"{type(exc).__name__}: {exc}"
-            latency_ms = (time.perf_counter() - started) * 1000
-            ranked = ranking.node_ids
-            scores = [h.score for h in ranking.hits]
-            values = metrics.evaluate(ranked, query.answer_ids)
-            ranks = metrics.answer_ranks(ranked, query.answer_ids)
-            with conn.transaction():
-                sql().insert_result(conn, skb_id=skb_id, run_id=run_id, query_id=query.query_id,
-                                    ranked_ids=ranked[:stored_k], scores=scores[:stored_k],
-                                    answer_ids=query.answer_ids, answer_ranks=[r or 0 for r in ranks],
-                                    metrics=json.dumps(values), latency_ms=latency_ms,
-                                    trace=json.dumps(ranking.trace, default=str), error=error)
-            stage.advance()
+        workers = min(concurrency.current(), len(todo)) if calls_served_model(settings) else 1
+        with _connections(conn, workers) as pool:
+            def searched(query):
+                return _search(pool, module, skb_name, query, depth, options)
+
+            for query, ranking, error, latency_ms in concurrency.ordered_iter(searched, todo, workers):
+                ranked = ranking.node_ids
+                scores = [h.score for h in ranking.hits]
+                values = metrics.evaluate(ranked, query.answer_ids)
+                ranks = metrics.answer_ranks(ranked, query.answer_ids)
+                with conn.transaction():
+                    sql().insert_result(conn, skb_id=skb_id, run_id=run_id, query_id=query.query_id,
+                                        ranked_ids=ranked[:stored_k], scores=scores[:stored_k],
+                                        answer_ids=query.answer_ids, answer_ranks=[r or 0 for r in ranks],
+                                        metrics=json.dumps(values), latency_ms=latency_ms,
+                                        trace=json.dumps(ranking.trace, default=str), error=error)
+                stage.advance()
     summary = summarize_run(conn, skb_id, run_id)
     with conn.transaction():
         sql().finish_run(conn, run_id=run_id, summary=json.dumps(summary))
     return RunOutcome(run_id, method, settings, summary, resumed_from=len(done))
+
+
+def calls_served_model(settings: dict) -> bool:
+    """Whether a method's settings name a served model (an `llm`, or an `openai:` embedding model):
+    only such methods wait on the network, and only they run queries concurrently; the others would
+    just contend for the same cores."""
+    return "llm" in settings or any(isinstance(v, str) and v.startswith("openai:") for v in settings.values())
+
+
+@contextmanager
+def _connections(conn: psycopg.Connection, n: int):
+    """A queue of the connections the searches take turns on: `conn` alone for a sequential run,
+    else `n` connections of their own (closed at the end), one per worker."""
+    pool: queue.SimpleQueue = queue.SimpleQueue()
+    own = concurrency.ordered_map(lambda _: connect_like(conn), range(n), n) if n > 1 else []   # opened at once
+    for c in own or [conn]:
+        pool.put(c)
+    try:
+        yield pool
+    finally:
+        for c in own:
+            c.close()
+
+
+def _search(pool: queue.SimpleQueue, module: ModuleType, skb_name: str, query, depth: int, options):
+    """One query's ranking (or its error) and its latency, on a connection taken from `pool`."""
+    conn = pool.get()
+    try:
+        started = time.perf_counter()
+        try:
+            with cache_in(conn):      # an embedding API's vectors are cached in this database
+                with one_snapshot(conn):     # one version of the SKB, even across a replace
+                    ranking, error = module.search(conn, skb_name, query.body, depth, options), None
+        except Exception as exc:  # a failing query is recorded, not fatal
+            conn.rollback()
+            if needs_setup(exc):      # ...unless every query would fail alike
+                raise
+            ranking, error = Ranking([], {}), f"{type(exc).__name__}: {exc}"
+        return query, ranking, error, (time.perf_counter() - started) * 1000
+    finally:
+        pool.put(conn)
 
 
 def summarize_run(conn: psycopg.Connection, skb_id: int, run_id: int) -> dict:

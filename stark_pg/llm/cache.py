@@ -6,12 +6,16 @@ inside `with conn.transaction():` and then fail): a paid-for answer is never thr
 So a write goes straight through the caller's connection only when that connection is autocommit
 and idle (the write commits at once, as stark-pg's connections are); otherwise it goes through a
 second, autocommit connection to the same database, opened on first need.
+
+A cache may be shared by threads (a method scoring candidates with --workers): its reads and writes
+are serialised, so its connection is never used by two of them at once.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import weakref
 from dataclasses import dataclass
 
@@ -47,18 +51,21 @@ class LLMCache:
     def __init__(self, conn: psycopg.Connection):
         self.conn = conn
         self._side: psycopg.Connection | None = None
+        self._lock = threading.RLock()
 
     def get(self, provider: str, model: str, key: str) -> CachedReply | None:
-        row = sql().llm_cache_get(self.conn, provider=provider, model=model, request_hash=key)
+        with self._lock:
+            row = sql().llm_cache_get(self.conn, provider=provider, model=model, request_hash=key)
         return CachedReply(*row) if row else None
 
     def put(self, provider: str, model: str, key: str, request: dict, response: dict, *,
             prompt_tokens: int | None, completion_tokens: int | None, cost_usd: float | None,
             seconds: float) -> None:
-        sql().llm_cache_put(self._writer(), provider=provider, model=model, request_hash=key,
-                            request=canonical_json(request), response=canonical_json(response),
-                            prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cost_usd=cost_usd,
-                            seconds=seconds)
+        with self._lock:
+            sql().llm_cache_put(self._writer(), provider=provider, model=model, request_hash=key,
+                                request=canonical_json(request), response=canonical_json(response),
+                                prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                                cost_usd=cost_usd, seconds=seconds)
 
     def _writer(self) -> psycopg.Connection:
         if self.conn.autocommit and self.conn.info.transaction_status == pq.TransactionStatus.IDLE:

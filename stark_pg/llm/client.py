@@ -8,8 +8,10 @@ spend), `refresh` always calls and overwrites.
 
 from __future__ import annotations
 
+import threading
 import time
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import psycopg
@@ -41,13 +43,22 @@ class LLMClient:
     def __init__(self, settings: LLMSettings, cache: LLMCache):
         self.settings = settings
         self.cache = cache
-        self._meters: list[Meter] = []
 
     def chat(self, messages: list[dict], max_tokens: int = 512, temperature: float = 0.0) -> Completion:
         """One reply to `messages` ([{"role": "system"|"user"|"assistant", "content": str}, ...])."""
         request = canonical_request(messages, max_tokens, temperature)
         settings = self.settings
         key = request_hash(request, settings.endpoint)
+        with _single_flight((settings.provider, settings.model, key)):
+            completion = self._answer(request, key)
+        for client, meter in _meters.get():
+            if client is self:
+                meter.record(completion)
+        return completion
+
+    def _answer(self, request: dict, key: str) -> Completion:
+        """From the cache, else from the model (and then cached); called with the key's lock held."""
+        settings = self.settings
         completion = None
         if settings.cache != "refresh":
             hit = self.cache.get(settings.provider, settings.model, key)
@@ -61,8 +72,6 @@ class LLMClient:
                 raise LLMCacheMiss(f"{settings.name}: request {key[:12]} is not in stark.llm_cache and cache=only "
                                    f"forbids calls (run once with -o cache=use to fill it)")
             completion = self._call(request, key)
-        for meter in self._meters:
-            meter.record(completion)
         return completion
 
     def _call(self, request: dict, key: str) -> Completion:
@@ -102,13 +111,38 @@ class LLMClient:
 
     @contextmanager
     def metered(self):
-        """Count the calls made inside the block (nested meters each see them)."""
+        """Count the calls made inside the block (nested meters each see them). The meters live in the
+        context, not on the client: workers that share a client (stark_pg.llm.concurrency copies the
+        context into each) count into the meters of whoever started them, never into each other's."""
         meter = Meter(self.settings.provider, self.settings.model)
-        self._meters.append(meter)
+        token = _meters.set(_meters.get() + ((self, meter),))
         try:
             yield meter
         finally:
-            self._meters.remove(meter)
+            _meters.reset(token)
+
+
+_meters: ContextVar[tuple] = ContextVar("llm_meters", default=())    # ((client, Meter), ...) in force here
+_flights: dict[tuple, list] = {}        # key -> [lock, holders]
+_flights_guard = threading.Lock()
+
+
+@contextmanager
+def _single_flight(key: tuple):
+    """Held by one thread per cache key at a time: two workers asking the same request at once make
+    one call, and the second reads the first's answer from the cache (across processes the table's
+    unique key keeps one row). Locks are dropped when no thread holds or waits for them."""
+    with _flights_guard:
+        entry = _flights.setdefault(key, [threading.Lock(), 0])
+        entry[1] += 1
+    try:
+        with entry[0]:
+            yield
+    finally:
+        with _flights_guard:
+            entry[1] -= 1
+            if not entry[1]:
+                del _flights[key]
 
 
 def canonical_request(messages: list[dict], max_tokens: int, temperature: float) -> dict:

@@ -12,6 +12,8 @@ What the LLM layer gives chat requests, embeddings get too:
   batches differently, a resumed build, another SKB holding the same document, or the same query
   asked again all reuse it. An index built once is never paid for twice, even after its vector
   tables are dropped. The vector is stored as base64 float32 (a sixth of its JSON size);
+- concurrency (concurrency.py): the batches of one `encode` go up to --workers (STARK_PG_WORKERS)
+  requests at a time, each vector cached under its own text, so the result is a sequential one's;
 - meters (meter.py): `with metered(model) as meter:` counts requests sent (`calls`), texts answered
   from the cache (`cache_hits`), tokens (each text's share of its request's) and cost (prices.py).
 
@@ -40,6 +42,7 @@ import psycopg
 from stark_pg.config import ENV_EMBED_BASE_URL, env
 from stark_pg.llm import providers
 from stark_pg.llm.cache import LLMCache, request_hash
+from stark_pg.llm.concurrency import ordered_iter
 from stark_pg.llm.errors import LLMCacheMiss, LLMCallFailed, LLMError
 from stark_pg.llm.meter import Meter
 from stark_pg.llm.prices import cost_usd
@@ -139,10 +142,12 @@ def encode(texts: list[str], model: str, batch_size: int = 64) -> np.ndarray:
         raise LLMCacheMiss(f"{settings.name}: {len(missing)} text(s) to embed are not in stark.llm_cache and "
                            f"cache=only forbids calls (run once with STARK_PG_LLM_CACHE=use to fill it)")
     cache = LLMCache(conn)
+    batches = [missing[start:start + batch_size] for start in range(0, len(missing), batch_size)]
     try:
-        for start in range(0, len(missing), batch_size):
-            batch = missing[start:start + batch_size]
-            vectors = _request_batch(settings, cache, [texts[i] for i in batch], [keys[i] for i in batch])
+        # up to --workers requests at once; each batch's vectors land under its own texts' keys
+        for batch, vectors in zip(batches, ordered_iter(
+                lambda batch: _request_batch(settings, cache, [texts[i] for i in batch], [keys[i] for i in batch]),
+                batches)):
             found.update(zip((keys[i] for i in batch), vectors))
     finally:
         cache.close()
@@ -163,7 +168,7 @@ def _request_batch(settings: LLMSettings, cache: LLMCache, texts: list[str], key
     import openai
 
     key = providers._api_key(settings, "OPENAI_API_KEY", "OPENAI_BASE_URL")
-    client = providers._openai_client(settings.base_url, key, settings.timeout, settings.max_retries)
+    client = providers._openai_client(providers.next_server(settings), key, settings.timeout, settings.max_retries)
     started = time.perf_counter()
     try:
         response = client.embeddings.create(model=settings.model, input=texts)

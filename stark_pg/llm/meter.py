@@ -9,7 +9,8 @@ stark.llm_cache; tokens count both (the work the method asked for, the same on a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 
 from stark_pg.llm.prices import price
 
@@ -24,12 +25,17 @@ class Meter:
     completion_tokens: int = 0
     seconds: float = 0.0
     cost_usd: float | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def __post_init__(self):
         if self.cost_usd is None and price(self.provider, self.model) is not None:
             self.cost_usd = 0.0
 
     def record(self, completion) -> None:
+        with self._lock:         # workers of one method record into the same meter
+            self._record(completion)
+
+    def _record(self, completion) -> None:
         if completion.cached:
             self.cache_hits += 1
         else:

@@ -5,12 +5,17 @@ timeouts, 408, 409, 429 and 5xx with exponential backoff (0.5 s doubling to at m
 jitter; a Retry-After header is honoured), `max_retries` times. What is left after them becomes an
 LLMCallFailed naming the provider, the server and the cause.
 
+Several servers (a comma-separated base URL: replicas of one model) take the requests in turn,
+round-robin, each through its own client (`next_server`).
+
 The SDKs are imported only when a call is made, so code that only replays the cache (or never
 calls an LLM) does not load them and needs no API key.
 """
 
 from __future__ import annotations
 
+import itertools
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -49,15 +54,26 @@ def _api_key(settings: LLMSettings, variable: str, base_url_variable: str) -> st
                    f"(STARK_PG_LLM_BASE_URL) at a compatible server")
 
 
-def _server(settings: LLMSettings, default: str) -> str:
-    return settings.base_url or default
+_turns: dict[tuple[str, ...], itertools.cycle] = {}
+_turns_guard = threading.Lock()
+
+
+def next_server(settings: LLMSettings) -> str | None:
+    """The server for the next request: the only one, or the next of several in turn (shared by all
+    threads, so N workers spread evenly); None for the provider's own API (or its SDK variable)."""
+    urls = settings.base_urls
+    if len(urls) <= 1:
+        return urls[0] if urls else None
+    with _turns_guard:
+        turn = _turns.setdefault(urls, itertools.cycle(urls))
+        return next(turn)
 
 
 def _send_openai(settings: LLMSettings, request: dict) -> Reply:
     import openai
 
     key = _api_key(settings, "OPENAI_API_KEY", "OPENAI_BASE_URL")
-    client = _openai_client(settings.base_url, key, settings.timeout, settings.max_retries)
+    client = _openai_client(next_server(settings), key, settings.timeout, settings.max_retries)
     try:
         response = client.chat.completions.create(model=settings.model, messages=request["messages"],
                                                   max_tokens=request["max_tokens"],
@@ -77,7 +93,7 @@ def _send_anthropic(settings: LLMSettings, request: dict) -> Reply:
     import anthropic
 
     key = _api_key(settings, "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL")
-    client = _anthropic_client(settings.base_url, key, settings.timeout, settings.max_retries)
+    client = _anthropic_client(next_server(settings), key, settings.timeout, settings.max_retries)
     system = "\n\n".join(m["content"] for m in request["messages"] if m["role"] == "system")
     turns = [m for m in request["messages"] if m["role"] != "system"]
     extra = {"system": system} if system else {}
@@ -109,7 +125,7 @@ def _call_failed(settings: LLMSettings, exc: Exception, server: str) -> LLMCallF
                          f"retries)")
 
 
-@lru_cache(maxsize=8)
+@lru_cache(maxsize=32)
 def _openai_client(base_url: str | None, api_key: str, timeout: float, max_retries: int):
     """One SDK client per server and settings, reused so its HTTP connections stay open between calls."""
     import openai
@@ -117,7 +133,7 @@ def _openai_client(base_url: str | None, api_key: str, timeout: float, max_retri
     return openai.OpenAI(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries)
 
 
-@lru_cache(maxsize=8)
+@lru_cache(maxsize=32)
 def _anthropic_client(base_url: str | None, api_key: str, timeout: float, max_retries: int):
     import anthropic
 

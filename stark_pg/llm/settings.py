@@ -24,7 +24,8 @@ DEFAULT_RETRIES = 3          # the SDKs' own retries: exponential backoff from 0
 class LLMSettings:
     provider: str                 # openai | anthropic
     model: str
-    base_url: str | None = None   # an OpenAI-compatible (vLLM, Ollama, llama.cpp) or Anthropic-compatible server
+    base_url: str | None = None   # an OpenAI-compatible (vLLM, Ollama, llama.cpp) or Anthropic-compatible server;
+                                  # several, comma-separated, take the requests in turn (base_urls)
     cache: str = "use"            # use | only | refresh
     timeout: float = DEFAULT_TIMEOUT
     max_retries: int = DEFAULT_RETRIES
@@ -33,6 +34,12 @@ class LLMSettings:
     @property
     def name(self) -> str:
         return f"{self.provider}:{self.model}"
+
+    @property
+    def base_urls(self) -> tuple[str, ...]:
+        """The servers of a comma-separated base_url, in order: replicas of one model that share the
+        requests round-robin (providers.py), and so share one cache identity (endpoint_identity)."""
+        return split_urls(self.base_url)
 
     @classmethod
     def resolve(cls, llm: str | None = None, base_url: str | None = None, cache: str | None = None,
@@ -54,7 +61,7 @@ class LLMSettings:
         mode = (cache or env(ENV_LLM_CACHE) or "use").strip().lower()
         if mode not in CACHE_MODES:
             raise LLMError(f"-o cache={mode!r} (or STARK_PG_LLM_CACHE): expected one of {', '.join(CACHE_MODES)}")
-        base_url = base_url or env(ENV_LLM_BASE_URL) or None
+        base_url = ",".join(split_urls(base_url or env(ENV_LLM_BASE_URL))) or None
         return cls(provider=provider, model=model, base_url=base_url,
                    endpoint=endpoint_identity(base_url),
                    cache=mode,
@@ -69,7 +76,12 @@ def endpoint_identity(base_url: str | None) -> str:
     declared = env(ENV_LLM_ENDPOINT)
     if declared:
         return declared.strip()
-    return base_url.strip().rstrip("/") if base_url else ""
+    return ",".join(url.rstrip("/") for url in split_urls(base_url))
+
+
+def split_urls(base_url: str | None) -> tuple[str, ...]:
+    """The addresses in a comma-separated base URL (one for a plain URL, none for None)."""
+    return tuple(u.strip() for u in (base_url or "").split(",") if u.strip())
 
 
 def _positive(value, variable: str, default, kind, zero: bool = False):

@@ -25,6 +25,7 @@ import psycopg
 from pydantic import BaseModel, Field, create_model, model_validator
 
 from stark_pg.llm import LLMClient, LLMInvalidOutput
+from stark_pg.llm.concurrency import ordered_map
 from stark_pg.options import OptionError
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Hit
@@ -94,8 +95,8 @@ def rerank(conn: psycopg.Connection, skb: str, query: str, node_ids: list[int], 
             scores, invalid = [0.0] * len(node_ids), list(node_ids)
     else:
         scores = []
-        for node_id, text in zip(node_ids, texts):
-            score = _score_one(client, query, text)
+        # one request per candidate, up to --workers at once (stark_pg.llm.concurrency), in order
+        for node_id, score in zip(node_ids, ordered_map(lambda text: _score_one(client, query, text), texts)):
             if score is None:
                 invalid.append(node_id)
             scores.append(score or 0.0)

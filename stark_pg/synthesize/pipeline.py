@@ -22,9 +22,11 @@ import time
 import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import psycopg
 
+from stark_pg.llm.concurrency import current, ordered_iter
 from stark_pg.progress import NullReporter, Reporter
 from stark_pg.resources import queries as sql
 from stark_pg.synthesize.templates import (SHIPPED, Template, TemplateError, TemplateSet, instantiations,
@@ -218,17 +220,11 @@ def synthesize(conn: psycopg.Connection, skb_name: str, settings: SynthSettings,
     made, dropped, calls, llm_seconds = 0, {}, 0, 0.0
     with progress.stage("questions", total=min(limit, len(planned))) as stage:
         stage.advance(min(kept, limit))
-        for item in planned:
-            if kept >= limit:
-                break
-            if item.seq in done:
-                continue
-            if settings.mode == "llm":
-                outcome, spent, seconds = _store_llm(conn, skb_id, settings, template_set, item, client)
-                calls += spent
-                llm_seconds += seconds
-            else:
-                outcome = _store_relational(conn, skb_id, settings.split, item)
+        for outcome, spent, seconds in _outcomes(conn, skb_id, settings, template_set, client,
+                                                 [item for item in planned if item.seq not in done],
+                                                 lambda: limit - kept):
+            calls += spent
+            llm_seconds += seconds
             if outcome == "kept":
                 kept += 1
                 made += 1
@@ -268,10 +264,36 @@ def _store_relational(conn: psycopg.Connection, skb_id: int, split: str, item: P
     return "kept"
 
 
-def _store_llm(conn: psycopg.Connection, skb_id: int, settings: SynthSettings, template_set, item: Planned,
-               client) -> tuple[str, int, float]:
-    from stark_pg.synthesize.textual import PROMPT_VERSION, make_question
+def _outcomes(conn: psycopg.Connection, skb_id: int, settings: SynthSettings, template_set, client,
+              pending: list[Planned], wanted) -> Iterator[tuple[str, int, float]]:
+    """Make and store the pending items in plan order until `wanted()` more are not needed: each
+    item's outcome, LLM calls and seconds.
 
+    LLM mode makes up to --workers items at once (stark_pg.llm.concurrency), never more than are
+    still wanted (each keeps at most one question), so no item is made that a sequential run would
+    not make; each is stored, in plan order, on this connection once made. The reads an item needs
+    are made here, before the LLM steps, which then need no connection of their own."""
+    from stark_pg.synthesize.textual import make_question
+
+    if settings.mode != "llm":
+        for item in pending:
+            if wanted() <= 0:
+                return
+            yield _store_relational(conn, skb_id, settings.split, item), 0, 0.0
+        return
+    start = 0
+    while start < len(pending) and wanted() > 0:
+        window = pending[start:start + min(current(), wanted())]
+        start += len(window)
+        asked = [_prepare_llm(conn, skb_id, settings, template_set, item) for item in window]
+        made = ordered_iter(lambda a: make_question(client, **a[1]), asked)
+        for item, (anchor_names, _), one in zip(window, asked, made):
+            yield _store_llm(conn, skb_id, settings, item, anchor_names, one, client), one.calls, one.seconds
+
+
+def _prepare_llm(conn: psycopg.Connection, skb_id: int, settings: SynthSettings, template_set,
+                 item: Planned) -> tuple[list[str], dict]:
+    """An item's anchor names and make_question's arguments but the client (read from the database)."""
     names = dict(sql().synth_node_names(conn, skb_id=skb_id, node_ids=[*item.anchors, item.gold]))
     anchor_names = [names[a] for a in item.anchors]
     relational = item.template.question_for(dict(zip(item.template.anchors, anchor_names)))
@@ -279,15 +301,20 @@ def _store_llm(conn: psycopg.Connection, skb_id: int, settings: SynthSettings, t
                  for n, text in sql().synth_documents(conn, skb_id=skb_id, node_ids=item.candidates)}
     roles = template_set.roles
     role = roles[random.Random(f"{settings.seed}:{item.template.id}:{item.anchors}:{item.gold}").randrange(len(roles))]
-    made = make_question(client, role=role, answer_type=item.template.answer, relational=relational,
-                         anchors=anchor_names, gold=item.gold, gold_name=names[item.gold], documents=documents,
-                         candidates=item.candidates,
-                         negatives=template_set.negatives)
+    return anchor_names, dict(role=role, answer_type=item.template.answer, relational=relational,
+                              anchors=anchor_names, gold=item.gold, gold_name=names[item.gold], documents=documents,
+                              candidates=item.candidates, negatives=template_set.negatives)
+
+
+def _store_llm(conn: psycopg.Connection, skb_id: int, settings: SynthSettings, item: Planned,
+               anchor_names: list[str], made, client) -> str:
+    from stark_pg.synthesize.textual import PROMPT_VERSION
+
     _store(conn, skb_id, settings.split, item, anchor_names, body=made.question if made.outcome == "kept" else None,
            answers=made.answers, mode="llm", outcome=made.outcome, gold=item.gold,
            requirements=json.dumps(made.requirements), verdicts=json.dumps(made.verdicts),
            model=client.settings.name, prompt_version=PROMPT_VERSION, calls=made.requests, seconds=made.seconds)
-    return made.outcome, made.calls, made.seconds
+    return made.outcome
 
 
 def _store(conn: psycopg.Connection, skb_id: int, split: str, item: Planned, anchor_names: list[str], *,

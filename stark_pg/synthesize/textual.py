@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, Field, field_validator
 
 from stark_pg.llm import LLMClient, LLMInvalidOutput
+from stark_pg.llm.concurrency import ordered_map
 from stark_pg.synthesize.templates import Role
 
 PROMPT_VERSION = "synth-4"
@@ -191,14 +192,18 @@ def _steps(client, role, answer_type, relational, anchors, gold, gold_name, docu
         return Made("anchors missing", question=question, requirements=requirements)
     if _flat(gold_name) in _flat(question):
         return Made("names the gold", question=question, requirements=requirements)
-    verdicts = {}
-    for node in [gold, *[c for c in candidates if c != gold]]:
+    def verdict(node: int) -> dict:
         try:
-            verdicts[str(node)], _ = verify(client, answer_type, found.requirements, documents[node])
+            return verify(client, answer_type, found.requirements, documents[node])[0]
         except LLMInvalidOutput as exc:       # an unusable verdict accepts nothing
-            verdicts[str(node)] = {"one": None, "each": None, "error": str(exc)[:200]}
-        if node == gold and not accepted(verdicts[str(gold)], len(found.requirements)):
-            # the others are not asked about: the item is dropped whatever they would say
-            return Made("gold rejected", question=question, requirements=requirements, verdicts=verdicts)
+            return {"one": None, "each": None, "error": str(exc)[:200]}
+
+    verdicts = {str(gold): verdict(gold)}
+    if not accepted(verdicts[str(gold)], len(found.requirements)):
+        # the others are not asked about: the item is dropped whatever they would say
+        return Made("gold rejected", question=question, requirements=requirements, verdicts=verdicts)
+    others = [c for c in candidates if c != gold]
+    # independent of one another: up to --workers at once (stark_pg.llm.concurrency), kept in order
+    verdicts.update(zip(map(str, others), ordered_map(verdict, others)))
     answers = sorted(c for c in candidates if accepted(verdicts[str(c)], len(found.requirements)))
     return Made("kept", question=question, requirements=requirements, verdicts=verdicts, answers=answers)

@@ -300,6 +300,8 @@ def _score(conn, skb: str, skb_id: int, text: str, questions: list[Question], an
         program = sandbox.validate(text)
     except sandbox.Rejected as exc:
         return Score({m: 0.0 for m in METRICS}, [], str(exc), rejected=True)
+    if program.uses_entities:
+        source.prefetch(conn, skb_id, [q.body for q in questions])     # the LLM's parses, --workers at once
     per_query, outcomes, error = [], [], None
     for q in questions:
         outcome = execute_program(conn, skb, skb_id, program, q.body, q.vector, answer_type or q.voted, source,

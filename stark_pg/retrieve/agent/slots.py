@@ -8,11 +8,12 @@ name, else the nearest document of its type). They are asked for only when the p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import psycopg
 
+from stark_pg.llm.concurrency import current, ordered_map
 from stark_pg.retrieve.agent.sandbox import ENTITY_SLOTS, Program
 from stark_pg.retrieve.expand import structure
 from stark_pg.retrieve.expand import kar
@@ -25,6 +26,26 @@ class SlotSource:
     client: object | None
     model: str
     match_pool: int = 10
+    parsed: dict = field(default_factory=dict)     # question -> its entities, asked ahead by `prefetch`
+
+    def prefetch(self, conn: psycopg.Connection, skb_id: int, queries: list[str]) -> None:
+        """Ask the LLM for the entities of `queries` up to --workers at once (stark_pg.llm.concurrency),
+        before a program is run on them one by one: each question's parse is then taken (once) from
+        `parsed`, and the requests and meters are those of a sequential run. A question whose parse
+        fails is left to `bind_values`, which fails the same way."""
+        if self.client is None or current() <= 1:
+            return
+        shape = structure(conn, skb_id)
+
+        def parse(query: str):
+            try:
+                return kar.parse_entities(self.client, shape, query, ENTITY_SLOTS)
+            except Exception:
+                return None
+        pending = list(dict.fromkeys(q for q in queries if q not in self.parsed))
+        for query, entities in zip(pending, ordered_map(parse, pending)):
+            if entities is not None:
+                self.parsed[query] = entities
 
 
 def bind_values(conn: psycopg.Connection, skb: str, skb_id: int, query: str, vector: np.ndarray,
@@ -33,7 +54,9 @@ def bind_values(conn: psycopg.Connection, skb: str, skb_id: int, query: str, vec
     if not program.uses_entities or source.client is None:
         return values
     shape = structure(conn, skb_id)
-    entities = kar.parse_entities(source.client, shape, query, ENTITY_SLOTS)
+    entities = source.parsed.pop(query, None)
+    if entities is None:
+        entities = kar.parse_entities(source.client, shape, query, ENTITY_SLOTS)
     if not entities:
         return values
     options = kar.Options(model=source.model, match_pool=source.match_pool)
