@@ -339,10 +339,63 @@ $$;
 comment on function stark.bm25_index_scan(int, text, text, int) is
     'Top-k rows of one lexical scope''s pg_textsearch index (by skb_id) with the scan''s own (negative) BM25 scores.';
 
--- Top k of one scope by BM25 with the engine stark.bm25_engine picks. pg_textsearch's scores
--- (stark.bm25_index_scan) are negative and include Okapi's (k1 + 1): both are undone, so the two
--- engines give scores on one scale (they differ in the last digits: pg_textsearch stores document
--- lengths compressed and scores in float4).
+-- The top k of one scope through its pg_textsearch index, ranked as the SQL engine ranks it: by the
+-- exact score (stark.bm25_rows, equal to stark.bm25_scores' to the bit), then by node id. The scan's
+-- own top k would not do: it breaks ties its own way (a node scoring exactly the k-th's score could be
+-- in one engine's top k and not the other's; synthetic SKBs have hundreds of identical scores), and it
+-- scores with compressed document lengths, which can reorder nodes whose exact scores are close. So
+-- the scan fetches more than k rows, they are scored exactly, and the fetch grows until no row left
+-- out can rank in the top k: a row the scan did not reach has an index score of at most the last
+-- fetched one's, and its exact score is taken to be at most that times R, the largest ratio of exact to
+-- index score among the fetched rows (at least 1), plus 1%. In an index built at once R is 1: a row's
+-- index score is never below its exact score beyond float4 rounding (lengths are rounded down when
+-- compressed; tests/test_textsearch.py checks it), so the cut is exact. After incremental builds
+-- pg_textsearch's statistics still count replaced rows (its total_docs, even after a vacuum), which
+-- moves every index score by about the same factor: R measures it on the fetched rows, and the 1%
+-- covers rows whose terms drifted a little more.
+create or replace function stark.bm25_index_top(skb int, target_scope text, query text, k int,
+                                                k1 double precision default 1.2, b double precision default 0.75)
+returns table (node_id bigint, score double precision)
+language plpgsql stable as $$
+declare
+    wanted int := stark.check_count('bm25', 'k', k, 0, stark.k_max());
+    fetched int := wanted + (wanted + 1) / 2 + 1;     -- a margin beyond k: near-ties at the edge are common
+    ids bigint[];
+    index_scores double precision[];                 -- on the SQL engine's scale
+    got int;
+    ratio double precision;
+    ranked bigint[];
+    scores double precision[];
+begin
+    perform stark.check_number('bm25', 'k1', k1, 0, 1000);
+    perform stark.check_number('bm25', 'b', b, 0, 1);
+    if wanted = 0 then
+        return;
+    end if;
+    loop
+        select coalesce(array_agg(s.node_id), '{}'), coalesce(array_agg(-s.index_score / (k1 + 1)), '{}'), count(*)
+        into ids, index_scores, got
+        from stark.bm25_index_scan(skb, target_scope, query, fetched) s
+        where s.index_score < 0;                     -- rows beyond the matching ones score 0
+        select coalesce(array_agg(r.node_id order by r.score desc, r.node_id), '{}'),
+               coalesce(array_agg(r.score order by r.score desc, r.node_id), '{}'),
+               greatest(max(r.score / u.index_score), 1)
+        into ranked, scores, ratio
+        from stark.bm25_rows(skb, target_scope, query, ids, k1, b) r
+        join unnest(ids, index_scores) as u(node_id, index_score) on u.node_id = r.node_id;
+        exit when got < fetched                      -- every matching row was fetched
+               or scores[wanted] > index_scores[got] * ratio * 1.01;
+        fetched := least(fetched::bigint * 8, 2147483647);      -- a tie at the k-th spans hundreds of rows
+    end loop;
+    return query select u.node_id, u.score from unnest(ranked[1:wanted], scores[1:wanted]) as u(node_id, score);
+end
+$$;
+comment on function stark.bm25_index_top(int, text, text, int, double precision, double precision) is
+    'Top-k nodes of one lexical scope (by skb_id) through its pg_textsearch index, with the SQL engine''s exact scores and order (score, then node id).';
+
+-- Top k of one scope by BM25 with the engine stark.bm25_engine picks. Both engines return the same
+-- rows with the same scores, ordered by score (descending), then node id: the SQL engine scores every
+-- matching document, the index path its scan's candidates only (stark.bm25_index_top).
 create or replace function stark.bm25_top(skb int, target_scope text, query text, k int default 10,
                                           k1 double precision default 1.2, b double precision default 0.75,
                                           engine text default 'auto')
@@ -357,9 +410,7 @@ begin
                      order by s.score desc, s.node_id limit k;
         return;
     end if;
-    return query select s.node_id, -s.index_score / (k1 + 1) as score
-                 from stark.bm25_index_scan(skb, target_scope, query, k) s
-                 where s.index_score < 0 order by score desc, s.node_id;
+    return query select s.node_id, s.score from stark.bm25_index_top(skb, target_scope, query, k, k1, b) s;
 end
 $$;
 comment on function stark.bm25_top(int, text, text, int, double precision, double precision, text) is
