@@ -345,14 +345,16 @@ comment on function stark.bm25_index_scan(int, text, text, int) is
 -- in one engine's top k and not the other's; synthetic SKBs have hundreds of identical scores), and it
 -- scores with compressed document lengths, which can reorder nodes whose exact scores are close. So
 -- the scan fetches more than k rows, they are scored exactly, and the fetch grows until no row left
--- out can rank in the top k: a row the scan did not reach has an index score of at most the last
--- fetched one's, and its exact score is taken to be at most that times R, the largest ratio of exact to
--- index score among the fetched rows (at least 1), plus 1%. In an index built at once R is 1: a row's
--- index score is never below its exact score beyond float4 rounding (lengths are rounded down when
--- compressed; tests/test_textsearch.py checks it), so the cut is exact. After incremental builds
--- pg_textsearch's statistics still count replaced rows (its total_docs, even after a vacuum), which
--- moves every index score by about the same factor: R measures it on the fetched rows, and the 1%
--- covers rows whose terms drifted a little more.
+-- out can rank in the top k. A row the scan did not reach has an index score of at most the last
+-- fetched one's, and its exact score is taken to be at most that times a bound: in an index built at
+-- once, a row's index score is never below its exact score beyond float4 rounding (lengths are rounded
+-- down when compressed; tests/test_textsearch.py checks it), so the bound is 1 + 1e-6 and the cut is
+-- exact. After incremental builds pg_textsearch's statistics still count replaced rows (its
+-- total_docs, even after a vacuum), which moves every index score by about the same factor: when the
+-- first fetch shows rows scoring exactly above their index score, the bound is the largest such ratio
+-- plus 1%. Each larger fetch re-scores only the rows whose index score can still reach the k-th exact
+-- score found so far (it only grows), so a tie of thousands of rows costs one scan of them, and exact
+-- scores of the tie only.
 create or replace function stark.bm25_index_top(skb int, target_scope text, query text, k int,
                                                 k1 double precision default 1.2, b double precision default 0.75)
 returns table (node_id bigint, score double precision)
@@ -360,10 +362,10 @@ language plpgsql stable as $$
 declare
     wanted int := stark.check_count('bm25', 'k', k, 0, stark.k_max());
     fetched int := wanted + (wanted + 1) / 2 + 1;     -- a margin beyond k: near-ties at the edge are common
-    ids bigint[];
-    index_scores double precision[];                 -- on the SQL engine's scale
     got int;
-    ratio double precision;
+    lowest double precision;                         -- the last fetched index score, on the SQL engine's scale
+    bound double precision;                          -- exact score <= index score * bound
+    floor_score double precision := 0;               -- rows scoring less in the index cannot reach the top k
     ranked bigint[];
     scores double precision[];
 begin
@@ -372,20 +374,32 @@ begin
     if wanted = 0 then
         return;
     end if;
-    loop
-        select coalesce(array_agg(s.node_id), '{}'), coalesce(array_agg(-s.index_score / (k1 + 1)), '{}'), count(*)
-        into ids, index_scores, got
-        from stark.bm25_index_scan(skb, target_scope, query, fetched) s
-        where s.index_score < 0;                     -- rows beyond the matching ones score 0
-        select coalesce(array_agg(r.node_id order by r.score desc, r.node_id), '{}'),
-               coalesce(array_agg(r.score order by r.score desc, r.node_id), '{}'),
-               greatest(max(r.score / u.index_score), 1)
-        into ranked, scores, ratio
-        from stark.bm25_rows(skb, target_scope, query, ids, k1, b) r
-        join unnest(ids, index_scores) as u(node_id, index_score) on u.node_id = r.node_id;
-        exit when got < fetched                      -- every matching row was fetched
-               or scores[wanted] > index_scores[got] * ratio * 1.01;
+    -- the first fetch, scored exactly, also measures the bound
+    with s as materialized (
+        select t.node_id, -t.index_score / (k1 + 1) as index_score
+        from stark.bm25_index_scan(skb, target_scope, query, fetched) t
+        where t.index_score < 0),                    -- rows beyond the matching ones score 0
+    r as materialized (select x.node_id, x.score from stark.bm25_rows(skb, target_scope, query,
+                                                                       array(select s.node_id from s), k1, b) x)
+    select (select count(*) from s), (select min(s.index_score) from s),
+           (select max(r.score / s.index_score) from r join s on s.node_id = r.node_id),
+           (select coalesce(array_agg(r.node_id order by r.score desc, r.node_id), '{}') from r),
+           (select coalesce(array_agg(r.score order by r.score desc, r.node_id), '{}') from r)
+    into got, lowest, bound, ranked, scores;
+    bound := case when coalesce(bound, 1) <= 1 + 1e-6 then 1 + 1e-6 else bound * 1.01 end;
+    while got = fetched and not scores[wanted] > lowest * bound loop
+        floor_score := coalesce(scores[wanted] / bound, floor_score);
         fetched := least(fetched::bigint * 8, 2147483647);      -- a tie at the k-th spans hundreds of rows
+        with s as materialized (
+            select t.node_id, -t.index_score / (k1 + 1) as index_score
+            from stark.bm25_index_scan(skb, target_scope, query, fetched) t
+            where t.index_score < 0),
+        r as materialized (select x.node_id, x.score from stark.bm25_rows(
+            skb, target_scope, query, array(select s.node_id from s where s.index_score >= floor_score), k1, b) x)
+        select (select count(*) from s), (select min(s.index_score) from s),
+               (select coalesce(array_agg(r.node_id order by r.score desc, r.node_id), '{}') from r),
+               (select coalesce(array_agg(r.score order by r.score desc, r.node_id), '{}') from r)
+        into got, lowest, ranked, scores;
     end loop;
     return query select u.node_id, u.score from unnest(ranked[1:wanted], scores[1:wanted]) as u(node_id, score);
 end
