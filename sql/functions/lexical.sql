@@ -387,7 +387,7 @@ begin
            (select coalesce(array_agg(r.score order by r.score desc, r.node_id), '{}') from r)
     into got, lowest, bound, ranked, scores;
     bound := case when coalesce(bound, 1) <= 1 + 1e-6 then 1 + 1e-6 else bound * 1.01 end;
-    while got = fetched and not scores[wanted] > lowest * bound loop
+    while got = fetched and not coalesce(scores[wanted] > lowest * bound, false) loop    -- fewer than k: go on
         floor_score := coalesce(scores[wanted] / bound, floor_score);
         fetched := least(fetched::bigint * 8, 2147483647);      -- a tie at the k-th spans hundreds of rows
         with s as materialized (
