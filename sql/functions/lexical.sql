@@ -363,9 +363,12 @@ declare
     wanted int := stark.check_count('bm25', 'k', k, 0, stark.k_max());
     fetched int := wanted + (wanted + 1) / 2 + 1;     -- a margin beyond k: near-ties at the edge are common
     got int;
-    lowest double precision;                         -- the last fetched index score, on the SQL engine's scale
-    bound double precision;                          -- exact score <= index score * bound
+    ids bigint[];
+    index_scores double precision[];                 -- on the SQL engine's scale
+    lowest double precision;                         -- the last fetched index score
+    bound double precision := 1;                     -- exact score <= index score * bound
     floor_score double precision := 0;               -- rows scoring less in the index cannot reach the top k
+    exact_by_id jsonb;
     ranked bigint[];
     scores double precision[];
 begin
@@ -374,32 +377,35 @@ begin
     if wanted = 0 then
         return;
     end if;
-    -- the first fetch, scored exactly, also measures the bound
-    with s as materialized (
-        select t.node_id, -t.index_score / (k1 + 1) as index_score
-        from stark.bm25_index_scan(skb, target_scope, query, fetched) t
-        where t.index_score < 0),                    -- rows beyond the matching ones score 0
-    r as materialized (select x.node_id, x.score from stark.bm25_rows(skb, target_scope, query,
-                                                                       array(select s.node_id from s), k1, b) x)
-    select (select count(*) from s), (select min(s.index_score) from s),
-           (select max(r.score / s.index_score) from r join s on s.node_id = r.node_id),
-           (select coalesce(array_agg(r.node_id order by r.score desc, r.node_id), '{}') from r),
-           (select coalesce(array_agg(r.score order by r.score desc, r.node_id), '{}') from r)
-    into got, lowest, bound, ranked, scores;
-    bound := case when coalesce(bound, 1) <= 1 + 1e-6 then 1 + 1e-6 else bound * 1.01 end;
+    -- Each step is a statement of its own, the node ids passed as a value: inside one statement (the ids
+    -- as a subquery) the planner could not see how few they are and read the frequent terms' postings
+    -- whole. The first fetch, scored exactly, also measures the bound.
+    select coalesce(array_agg(t.node_id), '{}'), coalesce(array_agg(-t.index_score / (k1 + 1)), '{}'),
+           count(*), min(-t.index_score / (k1 + 1))
+    into ids, index_scores, got, lowest
+    from stark.bm25_index_scan(skb, target_scope, query, fetched) t
+    where t.index_score < 0;                         -- rows beyond the matching ones score 0
+    select coalesce(array_agg(r.node_id order by r.score desc, r.node_id), '{}'),
+           coalesce(array_agg(r.score order by r.score desc, r.node_id), '{}'),
+           coalesce(jsonb_object_agg(r.node_id, r.score), '{}')
+    into ranked, scores, exact_by_id
+    from stark.bm25_rows(skb, target_scope, query, ids, k1, b) r;
+    for i in 1 .. got loop
+        bound := greatest(bound, (exact_by_id ->> ids[i]::text)::double precision / index_scores[i]);
+    end loop;
+    bound := case when bound <= 1 + 1e-6 then 1 + 1e-6 else bound * 1.01 end;
     while got = fetched and not coalesce(scores[wanted] > lowest * bound, false) loop    -- fewer than k: go on
         floor_score := coalesce(scores[wanted] / bound, floor_score);
         fetched := least(fetched::bigint * 8, 2147483647);      -- a tie at the k-th spans hundreds of rows
-        with s as materialized (
-            select t.node_id, -t.index_score / (k1 + 1) as index_score
-            from stark.bm25_index_scan(skb, target_scope, query, fetched) t
-            where t.index_score < 0),
-        r as materialized (select x.node_id, x.score from stark.bm25_rows(
-            skb, target_scope, query, array(select s.node_id from s where s.index_score >= floor_score), k1, b) x)
-        select (select count(*) from s), (select min(s.index_score) from s),
-               (select coalesce(array_agg(r.node_id order by r.score desc, r.node_id), '{}') from r),
-               (select coalesce(array_agg(r.score order by r.score desc, r.node_id), '{}') from r)
-        into got, lowest, ranked, scores;
+        select coalesce(array_agg(t.node_id) filter (where -t.index_score / (k1 + 1) >= floor_score), '{}'),
+               count(*), min(-t.index_score / (k1 + 1))
+        into ids, got, lowest
+        from stark.bm25_index_scan(skb, target_scope, query, fetched) t
+        where t.index_score < 0;
+        select coalesce(array_agg(r.node_id order by r.score desc, r.node_id), '{}'),
+               coalesce(array_agg(r.score order by r.score desc, r.node_id), '{}')
+        into ranked, scores
+        from stark.bm25_rows(skb, target_scope, query, ids, k1, b) r;
     end loop;
     return query select u.node_id, u.score from unnest(ranked[1:wanted], scores[1:wanted]) as u(node_id, score);
 end
