@@ -5,7 +5,9 @@ nodes, 20 edges a node), one after the other on one embedded server:
    subprocess of its own so that peak RSS is per size); the SKB is kept for the next steps;
 2. `stark-pg index SKB --no-dense --no-graph`: the BM25 postings and the pg_textsearch index, timed;
 3. BM25 over the SKB's own queries, k 10: pg_textsearch, the SQL postings (with the overlap of the two
-   top 10s) and bm25s (numpy backend) over the same lexemes, as the yardstick;
+   top 10s, plain and up to ties at the 10th score) and bm25s (numpy backend) over the same lexemes, as
+   the yardstick: its scores with a top-k selection (argpartition), its own `retrieve`, and, labelled as
+   such, the scores with a full argsort (what this benchmark reported before 2026-11-29);
 4. vectors of 384 dimensions (clustered random unit vectors: no model can embed 1M documents here in a
    session): exact search in SQL and a numpy brute force over the matrix in memory, then each index kind
    (default HNSW m16 efc64 and DiskANN where pgvectorscale exists) built, sized and swept over its search
@@ -13,6 +15,7 @@ nodes, 20 edges a node), one after the other on one embedded server:
 
     python benchmarks/platform_benchmark.py                            # 100000 1000000
     python benchmarks/platform_benchmark.py 100000 --index-timeout 900 --out /tmp/platform
+    python benchmarks/platform_benchmark.py 100000 300000 --no-vectors         # load, lexical index, BM25 only
 
 Prints Markdown tables (what docs/benchmarks.md shows), the 1-minute load average beside each step
 (the machine may be shared), and writes platform_benchmark.json into --out. The server is the embedded
@@ -59,7 +62,7 @@ def measure_bm25(conn, skb_id: int, queries: int, k: int) -> dict:
 
     texts = query_texts(conn, skb_id, queries)
     report = bm25_engines(conn, skb_id, texts, k)
-    report["bm25s"] = bm25s_yardstick(conn, skb_id, texts, k)
+    report["bm25s"] = bm25s_yardstick(conn, skb_id, texts, k, report.pop("_sql_top_k"))
     return report | {"queries": len(texts), "load_average": load_average()}
 
 
@@ -98,7 +101,8 @@ def run_size(nodes: int, args, env: dict) -> dict:
         skb_id = require_skb(conn, name)
         row["bm25"] = measure_bm25(conn, skb_id, args.queries, args.k)
         print(f"{nodes:,}: BM25 measured", file=sys.stderr, flush=True)
-        row["vectors"] = measure_vectors(conn, skb_id, name, args)
+        if not args.no_vectors:
+            row["vectors"] = measure_vectors(conn, skb_id, name, args)
         if not args.keep:
             drop_skb(conn, name)
     return row
@@ -116,17 +120,33 @@ def markdown(rows: list[dict]) -> str:
         out.append(f"| {lo['nodes']:,} | {lo['edges']:,} | {lo['seconds']} ({lo['nodes_per_s']:,}, "
                    f"{lo['edges_per_s']:,}) | {lo['node_stage_per_s']:,} | {lo['edge_stage_per_s']:,} | "
                    f"{lo['python_peak_rss_mb']:,} / {lo['backend_peak_rss_mb'] or '-'} | {lo['load_average_1min']} |")
-    out += ["", "| nodes | lexical index s | pg_textsearch p50 / p95 ms | SQL postings | bm25s (numpy) "
-            "| top-10 overlap, index vs SQL | load avg |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    out += ["", "| nodes | lexical index s | pg_textsearch p50 / p95 ms | SQL postings | bm25s scores + argpartition "
+            "| bm25s.retrieve | bm25s scores + full argsort (no yardstick) | top-10 overlap, index vs SQL: plain "
+            "/ up to ties / identical lists | load avg |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
-        b = r["bm25"]
+        b, s = r["bm25"], r["bm25"]["bm25s"]
         ts = b.get("bm25_textsearch")
+        agree = (f"{ts['top_k_overlap_with_sql']} / {ts['top_k_overlap_up_to_ties']} / {ts['identical_top_k']}"
+                 if ts else "-")
         out.append(f"| {r['nodes']:,} | {r['lexical_index']['seconds']} | "
-                   f"{spread(ts) if ts else 'absent'} | {spread(b['bm25_sql'])} | {spread(b['bm25s'])} | "
-                   f"{ts['top_k_overlap_with_sql'] if ts else '-'} | {b['load_average']} |")
-    out += ["", "| nodes | index | build s | size MB | search list: recall@10 · p50 / p95 ms |",
-            "| --- | --- | --- | --- | --- |"]
+                   f"{spread(ts) if ts else 'absent'} | {spread(b['bm25_sql'])} | {spread(s['get_scores_argpartition'])} "
+                   f"| {spread(s['retrieve'])} | {spread(s['get_scores_full_argsort'])} | {agree} | {b['load_average']} |")
+    out += ["", "| nodes | pg_textsearch: round trip | index scan executed (server) | stark.bm25_index_scan "
+            "| stark.bm25_top | bm25s get_scores alone | bm25s top 10 overlap with SQL: plain / up to ties |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
+        b, s = r["bm25"], r["bm25"]["bm25s"]
+        parts = b.get("bm25_textsearch_parts")
+        if parts:
+            out.append(f"| {r['nodes']:,} | {spread(parts['round_trip'])} | {spread(parts['index_scan_executed'])} | "
+                       f"{spread(parts['index_scan_function'])} | {spread(b['bm25_textsearch'])} | "
+                       f"{spread(s['get_scores_only'])} | {s['top_k_overlap_with_sql']} / {s['top_k_overlap_up_to_ties']} |")
+    if any("vectors" in r for r in rows):
+        out += ["", "| nodes | index | build s | size MB | search list: recall@10 · p50 / p95 ms |",
+                "| --- | --- | --- | --- | --- |"]
+    for r in rows:
+        if "vectors" not in r:
+            continue
         v = r["vectors"]
         for e in v["indexes"]:
             if e["build_s"] is None:
@@ -153,6 +173,7 @@ def main() -> None:
     parser.add_argument("--home", default=os.environ.get("STARK_PG_HOME", DEFAULT_HOME))
     parser.add_argument("--out", type=Path, default=Path("platform-benchmark"))
     parser.add_argument("--keep", action="store_true", help="keep each size's SKB")
+    parser.add_argument("--no-vectors", action="store_true", help="skip step 4 (the vectors and their indexes)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON instead of tables")
     args = parser.parse_args()
 

@@ -1,6 +1,7 @@
 """mFAR's lexical fields through pg_textsearch (stark.mfar_field_scores / stark.mfar `engine`), on the
 real slice with every lexical scope mFAR uses (type and relations included): an indexed field's
-shortlist is stark.bm25_top's and every candidate's score is the SQL engine's (stark.bm25_rows); the
+shortlist is its index scan's top (stark.bm25_index_scan) and every candidate's score is the SQL engine's
+(stark.bm25_rows); the
 two engines rank val queries alike; a field without an index falls back to SQL under `auto`.
 
 Only lexical pairs: the dense pairs do not depend on the engine (and field vectors take minutes of CPU).
@@ -50,14 +51,14 @@ def test_every_lexical_field_of_the_slice_has_its_index(ibd):
     assert len(queries) == 171
 
 
-def test_an_indexed_fields_shortlist_is_bm25_top_and_its_scores_are_the_sql_engines(iconn, ibd):
+def test_an_indexed_fields_shortlist_is_its_index_scan_and_its_scores_are_the_sql_engines(iconn, ibd):
     _, skb_id, fields, queries = ibd
     for body, _ in queries[:15]:
         scores = field_scores(iconn, body, fields, "textsearch", pool=20)
         candidates = {n for n, _ in scores}
         for field in fields:
             scope = "*" if field == "document" else field
-            top = iconn.execute("select node_id from stark.bm25_top(%s, %s, %s, 20, 1.2, 0.75, 'textsearch')",
+            top = iconn.execute("select node_id from stark.bm25_index_scan(%s, %s, %s, 20) where index_score < 0",
                                 (skb_id, scope, body)).fetchall()
             assert {r[0] for r in top} <= candidates
             # every candidate holding a query term in the field: exactly stark.bm25_scores' score of it, to the
@@ -65,10 +66,10 @@ def test_an_indexed_fields_shortlist_is_bm25_top_and_its_scores_are_the_sql_engi
             exact = dict(iconn.execute("select node_id, score from stark.bm25_scores(%s, %s, %s) "
                                        "where node_id = any(%s)", (skb_id, scope, body, sorted(candidates))).fetchall())
             assert {n: v for (n, f), v in scores.items() if f == field} == exact
-        # one field alone: its candidates are exactly its shortlist, the nodes stark.bm25_top returns
+        # one field alone: its candidates are exactly its shortlist, the nodes its index scan returns
         only = field_scores(iconn, body, ["description"], "textsearch", pool=20)
-        top = iconn.execute("select node_id from stark.bm25_top(%s, 'description', %s, 20, 1.2, 0.75, 'textsearch')",
-                            (skb_id, body)).fetchall()
+        top = iconn.execute("select node_id from stark.bm25_index_scan(%s, 'description', %s, 20) "
+                            "where index_score < 0", (skb_id, body)).fetchall()
         assert {n for n, _ in only} == {r[0] for r in top}
 
 
@@ -78,8 +79,10 @@ def test_the_shortlist_is_the_index_ranking_not_the_exact_one(iconn, ibd):
     _, skb_id, _, queries = ibd
     differing = 0
     for body, _ in queries:
-        ranked = {e: {r[0] for r in iconn.execute("select node_id from stark.bm25_top(%s, '*', %s, 20, 1.2, 0.75, %s)",
-                                                  (skb_id, body, e))} for e in ("sql", "textsearch")}
+        ranked = {"sql": {r[0] for r in iconn.execute("select node_id from stark.bm25_top(%s, '*', %s, 20, 1.2, 0.75, "
+                                                      "'sql')", (skb_id, body))},
+                  "textsearch": {r[0] for r in iconn.execute("select node_id from stark.bm25_index_scan(%s, '*', %s, 20) "
+                                                             "where index_score < 0", (skb_id, body))}}
         if ranked["sql"] != ranked["textsearch"]:
             got = {n for n, _ in field_scores(iconn, body, ["document"], "textsearch", pool=20)}
             assert got == ranked["textsearch"]

@@ -332,6 +332,7 @@ FUNCTIONS = {
     "bm25_top": (["int", "text", "text", "int", "float8", "float8", "text"],
                  [skb_ids, scopes, texts, ints, floats, floats, engines]),
     "bm25_index_scan": (["int", "text", "text", "int"], [skb_ids, scopes, texts, ints]),
+    "bm25_index_top": (["int", "text", "text", "int", "float8", "float8"], [skb_ids, scopes, texts, ints, floats, floats]),
     "bm25_index_required": (["int", "text"], [skb_ids, scopes]),
     "bm25_engine": (["int", "text", "text", "float8", "float8"], [skb_ids, scopes, engines, floats, floats]),
     "bm25_table": (["int", "text"], [skb_ids, scopes]),

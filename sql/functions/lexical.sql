@@ -339,10 +339,83 @@ $$;
 comment on function stark.bm25_index_scan(int, text, text, int) is
     'Top-k rows of one lexical scope''s pg_textsearch index (by skb_id) with the scan''s own (negative) BM25 scores.';
 
--- Top k of one scope by BM25 with the engine stark.bm25_engine picks. pg_textsearch's scores
--- (stark.bm25_index_scan) are negative and include Okapi's (k1 + 1): both are undone, so the two
--- engines give scores on one scale (they differ in the last digits: pg_textsearch stores document
--- lengths compressed and scores in float4).
+-- The top k of one scope through its pg_textsearch index, ranked as the SQL engine ranks it: by the
+-- exact score (stark.bm25_rows, equal to stark.bm25_scores' to the bit), then by node id. The scan's
+-- own top k would not do: it breaks ties its own way (a node scoring exactly the k-th's score could be
+-- in one engine's top k and not the other's; synthetic SKBs have hundreds of identical scores), and it
+-- scores with compressed document lengths, which can reorder nodes whose exact scores are close. So
+-- the scan fetches more than k rows, they are scored exactly, and the fetch grows until no row left
+-- out can rank in the top k. A row the scan did not reach has an index score of at most the last
+-- fetched one's, and its exact score is taken to be at most that times a bound: in an index built at
+-- once, a row's index score is never below its exact score beyond float4 rounding (lengths are rounded
+-- down when compressed; tests/test_textsearch.py checks it), so the bound is 1 + 1e-6 and the cut is
+-- exact. After incremental builds pg_textsearch's statistics still count replaced rows (its
+-- total_docs, even after a vacuum), which moves every index score by about the same factor: when the
+-- first fetch shows rows scoring exactly above their index score, the bound is the largest such ratio
+-- plus 1%. Each larger fetch re-scores only the rows whose index score can still reach the k-th exact
+-- score found so far (it only grows), so a tie of thousands of rows costs one scan of them, and exact
+-- scores of the tie only.
+create or replace function stark.bm25_index_top(skb int, target_scope text, query text, k int,
+                                                k1 double precision default 1.2, b double precision default 0.75)
+returns table (node_id bigint, score double precision)
+language plpgsql stable as $$
+declare
+    wanted int := stark.check_count('bm25', 'k', k, 0, stark.k_max());
+    fetched int := wanted + (wanted + 1) / 2 + 1;     -- a margin beyond k: near-ties at the edge are common
+    got int;
+    ids bigint[];
+    index_scores double precision[];                 -- on the SQL engine's scale
+    lowest double precision;                         -- the last fetched index score
+    bound double precision := 1;                     -- exact score <= index score * bound
+    floor_score double precision := 0;               -- rows scoring less in the index cannot reach the top k
+    exact_by_id jsonb;
+    ranked bigint[];
+    scores double precision[];
+begin
+    perform stark.check_number('bm25', 'k1', k1, 0, 1000);
+    perform stark.check_number('bm25', 'b', b, 0, 1);
+    if wanted = 0 then
+        return;
+    end if;
+    -- Each step is a statement of its own, the node ids passed as a value: inside one statement (the ids
+    -- as a subquery) the planner could not see how few they are and read the frequent terms' postings
+    -- whole. The first fetch, scored exactly, also measures the bound.
+    select coalesce(array_agg(t.node_id), '{}'), coalesce(array_agg(-t.index_score / (k1 + 1)), '{}'),
+           count(*), min(-t.index_score / (k1 + 1))
+    into ids, index_scores, got, lowest
+    from stark.bm25_index_scan(skb, target_scope, query, fetched) t
+    where t.index_score < 0;                         -- rows beyond the matching ones score 0
+    select coalesce(array_agg(r.node_id order by r.score desc, r.node_id), '{}'),
+           coalesce(array_agg(r.score order by r.score desc, r.node_id), '{}'),
+           coalesce(jsonb_object_agg(r.node_id, r.score), '{}')
+    into ranked, scores, exact_by_id
+    from stark.bm25_rows(skb, target_scope, query, ids, k1, b) r;
+    for i in 1 .. got loop
+        bound := greatest(bound, (exact_by_id ->> ids[i]::text)::double precision / index_scores[i]);
+    end loop;
+    bound := case when bound <= 1 + 1e-6 then 1 + 1e-6 else bound * 1.01 end;
+    while got = fetched and not coalesce(scores[wanted] > lowest * bound, false) loop    -- fewer than k: go on
+        floor_score := coalesce(scores[wanted] / bound, floor_score);
+        fetched := least(fetched::bigint * 8, 2147483647);      -- a tie at the k-th spans hundreds of rows
+        select coalesce(array_agg(t.node_id) filter (where -t.index_score / (k1 + 1) >= floor_score), '{}'),
+               count(*), min(-t.index_score / (k1 + 1))
+        into ids, got, lowest
+        from stark.bm25_index_scan(skb, target_scope, query, fetched) t
+        where t.index_score < 0;
+        select coalesce(array_agg(r.node_id order by r.score desc, r.node_id), '{}'),
+               coalesce(array_agg(r.score order by r.score desc, r.node_id), '{}')
+        into ranked, scores
+        from stark.bm25_rows(skb, target_scope, query, ids, k1, b) r;
+    end loop;
+    return query select u.node_id, u.score from unnest(ranked[1:wanted], scores[1:wanted]) as u(node_id, score);
+end
+$$;
+comment on function stark.bm25_index_top(int, text, text, int, double precision, double precision) is
+    'Top-k nodes of one lexical scope (by skb_id) through its pg_textsearch index, with the SQL engine''s exact scores and order (score, then node id).';
+
+-- Top k of one scope by BM25 with the engine stark.bm25_engine picks. Both engines return the same
+-- rows with the same scores, ordered by score (descending), then node id: the SQL engine scores every
+-- matching document, the index path its scan's candidates only (stark.bm25_index_top).
 create or replace function stark.bm25_top(skb int, target_scope text, query text, k int default 10,
                                           k1 double precision default 1.2, b double precision default 0.75,
                                           engine text default 'auto')
@@ -357,9 +430,7 @@ begin
                      order by s.score desc, s.node_id limit k;
         return;
     end if;
-    return query select s.node_id, -s.index_score / (k1 + 1) as score
-                 from stark.bm25_index_scan(skb, target_scope, query, k) s
-                 where s.index_score < 0 order by score desc, s.node_id;
+    return query select s.node_id, s.score from stark.bm25_index_top(skb, target_scope, query, k, k1, b) s;
 end
 $$;
 comment on function stark.bm25_top(int, text, text, int, double precision, double precision, text) is
