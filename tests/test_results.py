@@ -215,12 +215,24 @@ def test_reproduce_reports_a_row_that_cannot_run_and_goes_on(tiny_db, cli, tmp_p
     date: 2026-11-28
     version: 0.1.0
     metrics: {{hit@1: 0.5}}
+
+  - id: vss-missing-model
+    command: stark-pg eval {SKB} -m vss -o model=no-such-model --split val --limit 3 --json
+    split: val
+    kind: trained
+    date: 2026-11-29
+    version: 0.1.0
+    metrics: {{hit@1: 0.5}}
 """), encoding="utf-8")
     done = cli("reproduce", SKB, "--file", path, "--json", expect=1)
     report = json.loads(done.stdout)
     assert [r["id"] for r in report["rows"]] == ["bm25"] and report["flagged"] == 0
-    assert [r["id"] for r in report["not_run"]] == ["vss"] and "stark-pg index" in report["not_run"][0]["error"]
-    assert "1 row(s) could not run: vss" in done.stderr
+    assert [r["id"] for r in report["not_run"]] == ["vss", "vss-missing-model"]
+    assert "stark-pg index" in report["not_run"][0]["error"]
+    # a model that is not on this machine fails every query: not a measured 0.000, a row that could not run
+    assert ("every one of its 3 queries failed" in report["not_run"][1]["error"]
+            and "no-such-model" in report["not_run"][1]["error"])
+    assert "2 row(s) could not run: vss, vss-missing-model" in done.stderr
 
 
 IBD = ROOT.parent / "shared" / "data" / "stark-prime-ibd"

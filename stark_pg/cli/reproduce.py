@@ -87,6 +87,13 @@ def reproduce(
                 message = " ".join(str(exc).split()) or type(exc).__name__
                 not_run.append({"id": row.id, "command": row.command, "kind": row.kind, "error": message})
                 continue
+            summary = outcome.summary
+            if summary["queries"] and summary["failed"] == summary["queries"]:   # e.g. a model not on this machine
+                message = " ".join(str(summary.get("first_error", "")).split())
+                not_run.append({"id": row.id, "command": row.command, "kind": row.kind,
+                                "error": f"every one of its {summary['queries']} queries failed (run {outcome.run_id}): "
+                                         f"{message}"})
+                continue
             compared.append(compare(row, outcome, tolerance))
     flagged = sum(len(c["flagged"]) for c in compared)
     if json_:
