@@ -34,6 +34,7 @@ SKB = "pairs"
 NAMES = ["Tavlor", "Mirex", "Quondal", "Belsap", "Corvin", "Dexal", "Furnil", "Gorbal"]
 DOC_WORDS = ["zorp", "quil", "brant", "fesk", "mulo"]
 QUERY_WORDS = ["tiva", "rend", "okam", "polu", "sanch"]
+SYNTHETIC = 3
 
 
 def node_id(name: int, group: int) -> int:
@@ -49,6 +50,8 @@ def bundle(path):
     for n, name in enumerate(NAMES):
         for g, word in enumerate(QUERY_WORDS):
             rows.append(f"{1000 + 10 * n + g},Which item is {name} {word}?,[{node_id(n, g)}],train")
+    for n, name in enumerate(NAMES[:SYNTHETIC]):          # a split added with --splits, as synthesize makes
+        rows.append(f"{2000 + n},Find the {QUERY_WORDS[0]} sort of {name},[{node_id(n, 0)}],synthetic")
     return write_bundle(path, nodes=nodes, edges=edges, queries="\n".join(rows) + "\n")
 
 
@@ -67,7 +70,8 @@ def trained(server_url, template_db, tmp_path_factory):
             shared = train_dense(conn, SKB, DenseSettings(name="pairs-shared", **SETTINGS))
         run = cli_runner(url)
         done = run("train", "dense", SKB, "--name", "pairs-sep", "--separate", "--epochs", "1", "--negatives", "5",
-                   "--lr", "1e-4", "--batch-size", "8", "--eval-pool", "10", "--holdout", "0.25", "--json")
+                   "--lr", "1e-4", "--batch-size", "8", "--eval-pool", "10", "--holdout", "0.25",
+                   "--splits", "train,synthetic", "--json")
         yield url, shared, json.loads(done.stdout)
 
 
@@ -165,6 +169,17 @@ def test_separate_encoders_are_two_models_and_the_command_reports(trained):
     query_dir, doc_dir = embed.resolve_model("pairs-sep", "query"), embed.resolve_model("pairs-sep", "document")
     assert query_dir != doc_dir and query_dir.endswith("/query") and doc_dir.endswith("/document")
     assert embed.resolve_model("pairs-shared", "query") == embed.resolve_model("pairs-shared", "document")
+
+
+def test_splits_add_their_questions_and_the_holdout_comes_from_the_first(trained):
+    """`--splits train,synthetic`: the same held-out share of train as a train-only run, and every synthesized
+    question learned from; a split methods are reported on is refused before any training."""
+    url, shared, summary = trained
+    assert list(shared.settings["splits"]) == ["train"] and summary["settings"]["splits"] == ["train", "synthetic"]
+    assert summary["settings"]["holdout_queries"] == shared.settings["holdout_queries"]
+    assert summary["settings"]["train_queries"] == shared.settings["train_queries"] + SYNTHETIC
+    refused = cli_runner(url)("train", "dense", SKB, "--name", "pairs-val", "--splits", "train,val", expect=1)
+    assert "val is a split methods are reported on" in refused.stderr and "Traceback" not in refused.stderr
 
 
 def test_bad_names_are_refused(trained):

@@ -399,6 +399,10 @@ def dense(
     holdout: float = typer.Option(0.2, "--holdout", help="Share of train held out for early stopping."),
     multi_vector: bool = typer.Option(False, "--multi-vector", help="Also embed chunks with the new document "
                                                                     "encoder (multi-VSS, mFAR's dense fields)."),
+    splits: str = typer.Option("train", "--splits", metavar="SPLIT[,SPLIT...]",
+                               help="Query splits learned from, e.g. train,synthetic (`stark-pg synthesize`); the "
+                                    "held-out share (and --fold) is drawn from the first only. val and test are "
+                                    "refused."),
     seed: int = typer.Option(0, "--seed"),
     limit: int = typer.Option(None, "--limit", help="Only the first N training queries (a quick run)."),
     fold: str = typer.Option(None, "--fold", metavar="K/N",
@@ -422,7 +426,7 @@ def dense(
                              negatives=negatives, lr=lr, batch_size=batch_size, temperature=temperature,
                              max_doc_tokens=max_doc_tokens, negative_gradients=negative_gradients,
                              eval_pool=eval_pool, holdout=holdout, seed=seed, limit=limit, multi_vector=multi_vector,
-                             fold=parse_fold(fold) if fold else None)
+                             fold=parse_fold(fold) if fold else None, splits=tuple(splits.split(",")))
     with state(ctx).connect() as conn:
         try:
             report = train_dense(conn, name, settings, progress=reporter(quiet or json_))

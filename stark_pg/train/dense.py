@@ -42,7 +42,7 @@ import psycopg
 
 from stark_pg import embed
 from stark_pg.eval import metrics
-from stark_pg.eval.query_sets import EvalQuery, fold, from_split, hold_out
+from stark_pg.eval.query_sets import EvalQuery, fold, from_split, hold_out, learning_splits
 from stark_pg.index.dense import build_dense, find_model, statement
 from stark_pg.progress import NullReporter, Reporter
 from stark_pg.resources import queries as sql
@@ -76,6 +76,7 @@ class DenseSettings:
     seed: int = 0
     limit: int | None = None             # only the first N training queries (quick runs, tests)
     fold: tuple[int, int] | None = None  # (k, n): train without fold k of n of train (cross-fitting)
+    splits: tuple[str, ...] = ("train",)  # learned from; the holdout (and any fold) is drawn from the first only
     multi_vector: bool = False           # also embed chunks with the new document encoder (multi-VSS, mFAR)
 
 
@@ -210,16 +211,18 @@ def train_dense(conn: psycopg.Connection, skb: str, settings: DenseSettings | No
                          f"`stark-pg index {skb} --model {base}` first (hard negatives are its VSS ranking)")
     shape = {"with_relations": stored.get("with_relations", True), "max_neighbors": stored.get("max_neighbors", 25)}
 
-    available = from_split(conn, skb_id, "train")
+    first, *added_splits = learning_splits(list(settings.splits))
+    available = from_split(conn, skb_id, first)
     if settings.fold:
         available = fold(available, *settings.fold, seed=FOLD_SEED)[0]
     train_set, stop_set = hold_out(available, settings.holdout, settings.seed)
-    train_queries = [q for q in train_set.queries if q.answer_ids]
+    added = [q for split in added_splits for q in from_split(conn, skb_id, split).queries]
+    train_queries = [q for q in train_set.queries + added if q.answer_ids]
     if settings.limit:
         train_queries = train_queries[:settings.limit]
     stop_queries = stop_set.queries
     if not train_queries or not stop_queries:
-        raise ValueError(f"SKB {skb!r} has too few queries in split 'train' to train on and hold some out")
+        raise ValueError(f"SKB {skb!r} has too few queries in split {first!r} to train on and hold some out")
 
     started = time.perf_counter()
     torch.manual_seed(settings.seed)
