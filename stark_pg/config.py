@@ -60,6 +60,12 @@ def env(name: str) -> str | None:
     return os.environ.get(name)
 
 
+def named_variable(name: str) -> str | None:
+    """A variable the user names on the command line (`db embedding-endpoint --api-key-env VAR`): not a
+    setting of stark-pg, so not declared; read here so that the environment is read in one module."""
+    return os.environ.get(name)
+
+
 def set_library_defaults() -> None:
     """LIBRARY_DEFAULTS into the environment, each unless already set; before sentence-transformers loads."""
     for name, value in LIBRARY_DEFAULTS.items():

@@ -327,9 +327,19 @@ def test_the_timeout_is_honoured(endpoint_url, served):
 
 # ---------------------------------------------------------------------------------------------- the real slice
 
-def test_search_on_the_real_slice_gives_stark_pg_searchs_ranking(ibd_indexed_url):
+def test_search_on_the_real_slice_gives_stark_pg_searchs_ranking(server_url, ibd_indexed_url):
     """Issue 51's check: in SQL, with `stark-pg serve` answering, the ranking `stark-pg search` prints, for
-    the question of the README and a fusion model (a small one, removed afterwards)."""
+    the question of the README and a fusion model (a small one), on a copy of the slice: training writes
+    query vectors, and the session's indexed slice is for tests that only read it."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    from conftest import cloned_database
+
+    with cloned_database(server_url, conninfo_to_dict(ibd_indexed_url)["dbname"], "stark_ibd_embed") as url:
+        check_the_slice(url)
+
+
+def check_the_slice(ibd_indexed_url: str) -> None:
     from conftest import cli_runner
     from stark_pg.models.fusion import FusionSettings
     from stark_pg.retrieve import get_method

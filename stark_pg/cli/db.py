@@ -177,7 +177,9 @@ def embedding_endpoint(
                 fail(f"--timeout {timeout}: must be more than 0 and at most 600 seconds")
             key = None
             if api_key_env:
-                key = os.environ.get(api_key_env)
+                from stark_pg.config import named_variable
+
+                key = named_variable(api_key_env)
                 if not key:
                     fail(f"--api-key-env {api_key_env}: that environment variable is not set")
             import psycopg
