@@ -70,10 +70,10 @@ def search_described(conn: psycopg.Connection, skb: str, query: str, module, opt
 
     check_k(k)
     with cache_in(conn):      # an embedding API's vectors (-o model=openai:...) are cached in this database
-        with one_snapshot(conn):    # every statement of the search reads one version of the SKB
+        with one_snapshot(conn):    # every statement of the search, and the description, read one version
             ranking = module.search(conn, skb, query, k, options)
-    about = {row[0]: row[1:] for row in sql().describe_nodes(conn, skb_id=require_skb(conn, skb),
-                                                             node_ids=ranking.node_ids)}
+            about = {row[0]: row[1:] for row in sql().describe_nodes(conn, skb_id=require_skb(conn, skb),
+                                                                     node_ids=ranking.node_ids)}
     hits = [SearchHit(i, h.node_id, about[h.node_id][0], about[h.node_id][1], h.score)
             for i, h in enumerate(ranking.hits, start=1)]
     return hits, ranking
