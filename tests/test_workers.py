@@ -38,20 +38,16 @@ def clean_env(monkeypatch):
     monkeypatch.setenv("STARK_PG_LLM_RETRIES", "0")
 
 
-@pytest.fixture
-def server():
+def echo_server():
+    """A local OpenAI-protocol server that answers each request with its own user text."""
     fake = FakeLLMServer().start()
     fake.responder = lambda kind, body: f"echo: {user_text(kind, body)}"
     yield fake
     fake.stop()
 
 
-@pytest.fixture
-def second_server():
-    fake = FakeLLMServer().start()
-    fake.responder = lambda kind, body: f"echo: {user_text(kind, body)}"
-    yield fake
-    fake.stop()
+server = pytest.fixture(echo_server, name="server")
+second_server = pytest.fixture(echo_server, name="second_server")
 
 
 # --- the mechanism ------------------------------------------------------------------------------
