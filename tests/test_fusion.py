@@ -695,3 +695,39 @@ def test_splits_fit_on_several_splits_score_only_train_and_set_the_neighbour_poo
     for bad in (["train", "val"], ["test"], [" "], "train,holdout"):
         with pytest.raises(ValueError, match="--splits"):
             learning_splits(bad)
+
+
+def test_training_passes_the_pairs_and_computes_the_same_features_and_model(trained, monkeypatch):
+    """Training reads the SKB's (field, scorer) pairs once and passes them to every question's features
+    (stark.fusion_pairs scans the SKB's fields, relations and chunk kinds, a cost that grows with the SKB):
+    the same feature vectors as the SKB's own pairs give, and the same model as training without them."""
+    import stark_pg.train.fusion as training
+    from stark_pg.models.fusion import feature_pairs
+
+    url, _ = trained
+    settings = dict(limit=20, rounds=[5], leaves=[7], folds=2, min_data_in_leaf=[5], bag=1)
+    with connect(url) as conn:
+        names = list(sql().fusion_feature_names(conn, skb=SKB, model=MODEL, trained_dense=False))
+        pairs = feature_pairs(names)
+        assert pairs == tuple(map(list, zip(*[(f, s) for _, f, s in conn.execute(
+            "select * from stark.fusion_pairs(%s, %s)", (SKB, MODEL))])))
+        for body, in conn.execute("select body from stark.query q join stark.skb s using (skb_id) where s.name = %s "
+                                  "and q.split = 'train' order by query_id limit 5", (SKB,)).fetchall():
+            vector = encode_query(body)
+            ids, X = query_features(conn, SKB, body, vector, FusionSettings(), MODEL)
+            ids2, X2 = query_features(conn, SKB, body, vector, FusionSettings(), MODEL, pairs=pairs)
+            assert ids == ids2 and np.array_equal(X, X2)
+        calls = []
+        monkeypatch.setattr(training, "query_features", lambda *a, **k: calls.append(a[-1]) or query_features(*a, **k))
+        train_fusion(conn, SKB, FusionSettings(name="with-pairs", **settings))
+        assert calls and all(p == pairs for p in calls)
+        calls.clear()
+        monkeypatch.setattr(training, "feature_pairs", lambda names: None)      # as before: the SKB's pairs per call
+        train_fusion(conn, SKB, FusionSettings(name="without-pairs", **settings))
+        assert calls and all(p is None for p in calls)
+        with_pairs = load(conn, conn.execute("select skb_id from stark.skb where name = %s", (SKB,)).fetchone()[0],
+                          SKB, "with-pairs")
+        without = load(conn, conn.execute("select skb_id from stark.skb where name = %s", (SKB,)).fetchone()[0],
+                       SKB, "without-pairs")
+        assert with_pairs.booster_texts == without.booster_texts and with_pairs.score_sql == without.score_sql
+        assert with_pairs.metrics == without.metrics

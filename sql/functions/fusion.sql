@@ -5,7 +5,11 @@
 -- orders the candidates.
 --
 -- Candidates: the union of mFAR's shortlists (the `pool` best of every lexical field and every dense
--- field, stark.mfar_field_scores). Features, in the order stark.fusion_feature_names lists them:
+-- field, stark.mfar_field_scores). `engine` is the BM25 engine of the lexical shortlists and of the
+-- linked entities ('auto': a scope's pg_textsearch index where built, the SQL engine's pass otherwise);
+-- both engines give the same top k (score, then node id) and every score is the SQL engine's, so the
+-- features are the same whichever is used, and only their cost differs.
+-- Features, in the order stark.fusion_feature_names lists them:
 --   per (field, scorer) pair of stark.mfar_fields (stark.fusion_pairs; or `pair_fields` and `pair_scorers`
 --     when given, a stored model's pairs in its features' order): its score (0 where the candidate has none), and for
 --     lexical pairs also that score divided by the best score of the pair for this query (BM25 scales
@@ -172,11 +176,14 @@ drop function if exists stark.fusion_features(text, text, vector, text, int, int
 drop function if exists stark.fusion_features(text, text, vector, text, int, int, int, bigint[], text[], vector[]);
 drop function if exists stark.fusion_features(text, text, vector, text, int, int, int, bigint[], text[], vector[],
                                               text[], text[]);
+drop function if exists stark.fusion_features(text, text, vector, text, int, int, int, bigint[], text[], vector[],
+                                              text[], text[], text[]);
 create or replace function stark.fusion_features(
     skb_name text, query text, qvec vector, model text default 'all-MiniLM-L6-v2',
     pool int default 100, knn int default 10, link int default 5, include bigint[] default null,
     dense_models text[] default null, dense_qvecs vector[] default null,
-    pair_fields text[] default null, pair_scorers text[] default null, pool_splits text[] default '{train}')
+    pair_fields text[] default null, pair_scorers text[] default null, pool_splits text[] default '{train}',
+    engine text default 'auto')
 returns table (node_id bigint, f double precision[])
 language sql stable as $$
     with skb as (select stark.require_skb(skb_name) as id),
@@ -193,7 +200,8 @@ language sql stable as $$
         select s.* from stark.mfar_field_scores(
             skb_name, query, qvec, model,
             array(select p.field from pairs p where p.scorer = 'lexical'),
-            array(select p.field from pairs p where p.scorer = 'dense'), pool, include) s),
+            array(select p.field from pairs p where p.scorer = 'dense'), pool, include,
+            engine => fusion_features.engine) s),
     best as (select s.field, s.scorer, max(s.score) as top from scores s group by s.field, s.scorer),
     -- each candidate's scores keyed by their pair's place, then looked up by it: joining every
     -- (candidate, pair) to the scores let the planner match on the pair alone and filter 2.6M rows
@@ -225,8 +233,7 @@ language sql stable as $$
         group by a.node_id),
     linked as materialized (
         select l.node_id, l.score / max(l.score) over () as w
-        from (select b.node_id, b.score from stark.bm25_scores((select id from skb), 'name', query) b
-              order by b.score desc, b.node_id limit link) l),
+        from stark.bm25_top((select id from skb), 'name', query, link, engine => fusion_features.engine) l),
     ent_answers as materialized (
         select e.node_id, e.w, e.best
         from stark.entity_twin_answers((select id from skb), array(select l.node_id from linked l order by l.node_id),
@@ -270,5 +277,5 @@ language sql stable as $$
     left join trained td on td.node_id = pn.node_id
     left join ent_answers ea on ea.node_id = pn.node_id
 $$;
-comment on function stark.fusion_features(text, text, vector, text, int, int, int, bigint[], text[], vector[], text[], text[], text[]) is
+comment on function stark.fusion_features(text, text, vector, text, int, int, int, bigint[], text[], vector[], text[], text[], text[], text) is
     'Learned fusion: the feature vector of every candidate of a query (names: stark.fusion_feature_names).';

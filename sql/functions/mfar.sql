@@ -76,16 +76,17 @@ comment on function stark.mfar_fields(text, text) is
 --
 -- `engine` picks each lexical field's BM25 engine as stark.bm25_engine does for its scope:
 --   'sql'         the field's shortlist is the top `pool` of stark.bm25_scores_scopes, which scores every
---                 document holding a query term (the reference, and the default here: training and
---                 learned fusion compute their features with it);
---   'textsearch'  the shortlist is the top `pool` of the scope's pg_textsearch index (block-max WAND
---                 reads only postings that can still enter it; the nodes stark.bm25_top returns);
+--                 document holding a query term (the reference: a pass over every posting of every
+--                 query term, whose cost grows with the SKB);
+--   'textsearch'  the shortlist is the same top `pool` (score, then node id) found through the scope's
+--                 pg_textsearch index (stark.bm25_index_top: block-max WAND reads only postings that can
+--                 still enter it, and the rows it fetches are scored exactly);
 --   'auto'        'textsearch' for a field whose scope has an index built with this k1 and b, 'sql'
---                 otherwise (stark.mfar's default).
+--                 otherwise (the default of stark.mfar and of learned fusion's features).
 -- Either way every candidate's lexical score is the SQL engine's (an indexed field scores the union
--- with stark.bm25_rows, probing the postings of the candidates only), so trained means and scales
--- meet the scores they were fit on; the engines differ only in which nodes a field shortlists
--- (pg_textsearch ranks with compressed document lengths: near-ties at the edge can fall the other way).
+-- with stark.bm25_rows, probing the postings of the candidates only, equal to the bit), so the engines
+-- give the same rows: trained means, scales and trees meet the scores they were fit on. A `pool` above
+-- stark.k_max() takes the SQL engine's pass for every field.
 drop function if exists stark.mfar_field_scores(text, text, vector, text, text[], text[], int, bigint[],
                                                 double precision, double precision);
 create or replace function stark.mfar_field_scores(
@@ -132,6 +133,11 @@ begin
     into exact, indexed
     from (select x, stark.bm25_engine(skb, stark.mfar_lexical_scope(x), engine, k1, b) as e
           from (select distinct x from unnest(lex) x) d) y;
+    -- a pool beyond what a ranked search returns is every matching node in practice: the SQL engine's pass
+    if pool > stark.k_max() then
+        exact := exact || indexed;
+        indexed := '{}';
+    end if;
     select array_agg(stark.mfar_dense_kind(x)) filter (where x <> 'document') into kinds from unnest(dense) x;
     if 'type' = any(dense) then
         raise exception 'field type has no dense scorer (its text is one of a few type names)';
@@ -145,13 +151,13 @@ begin
         cands := cands || 'select x.node_id from (select l.node_id, row_number() over (partition by l.field '
                           'order by l.score desc, l.node_id) as r from lex l) x where x.r <= $5'::text;
     end if;
-    -- the indexed fields' shortlists straight from their index scans (stark.bm25_index_scan: the scan's
-    -- own scores, not the ORDER BY expression computed again per row, which tokenises its text)
+    -- the indexed fields' shortlists through their indexes, exactly the SQL engine's top `pool` (score,
+    -- then node id: stark.bm25_index_top), so that both engines give the same candidates
     if cardinality(indexed) > 0 then
         select coalesce(array_agg(distinct s.node_id), '{}') into shortlisted
         from unnest(indexed) as f(field)
-        cross join lateral stark.bm25_index_scan(skb, stark.mfar_lexical_scope(f.field), query, pool) s
-        where s.index_score < 0;
+        cross join lateral stark.bm25_index_top(skb, stark.mfar_lexical_scope(f.field), query, pool, k1, b) s
+        where pool > 0;
         -- added to `include` (one unnest): a separate `unnest($10)` branch raised the planner's estimate
         -- of the candidates enough to hash-join whole chunk tables instead of looking candidates up
         include := coalesce(include, '{}') || shortlisted;

@@ -3,10 +3,14 @@
 -- name: fusion_feature_names(skb, model, trained_dense)$
 select stark.fusion_feature_names(:skb, :model, :trained_dense);
 
--- name: fusion_features(skb, query, embedding, model, pool, knn, link, dense_models, dense_qvecs, pool_splits)
+-- name: fusion_features(skb, query, embedding, model, pool, knn, link, dense_models, dense_qvecs, pool_splits, pair_fields, pair_scorers, engine)
+-- pair_fields and pair_scorers NULL: the SKB's pairs (stark.fusion_pairs, a scan of its fields, relations
+-- and chunk kinds); training passes them, read once for all its questions. engine: the BM25 engine of the
+-- lexical shortlists (the same features on either; 'auto' takes the pg_textsearch indexes)
 select node_id, f from stark.fusion_features(:skb, :query, :embedding, :model, :pool, :knn, :link,
                                              dense_models => :dense_models, dense_qvecs => :dense_qvecs,
-                                             pool_splits => :pool_splits)
+                                             pool_splits => :pool_splits, pair_fields => :pair_fields,
+                                             pair_scorers => :pair_scorers, engine => :engine)
 order by node_id;
 
 -- name: save_fusion_model(skb_id, name, embed_model, features, boosters, score_sql, settings, metrics, importance)!

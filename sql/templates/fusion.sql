@@ -11,7 +11,7 @@ with c as materialized (
     from stark.fusion_features(%(skb)s, %(query)s, %(embedding)s, %(model)s, %(pool)s, %(knn)s, %(link)s,
                                dense_models => %(dense_models)s, dense_qvecs => %(dense_qvecs)s,
                                pair_fields => %(pair_fields)s, pair_scorers => %(pair_scorers)s,
-                               pool_splits => %(pool_splits)s) as x)
+                               pool_splits => %(pool_splits)s, engine => %(engine)s) as x)
 select c.node_id, {score} as score
 from c
 order by score desc, c.node_id
@@ -23,7 +23,7 @@ select count(*)
 from stark.fusion_features(%(skb)s, %(query)s, %(embedding)s, %(model)s, %(pool)s, %(knn)s, %(link)s,
                            dense_models => %(dense_models)s, dense_qvecs => %(dense_qvecs)s,
                            pair_fields => %(pair_fields)s, pair_scorers => %(pair_scorers)s,
-                           pool_splits => %(pool_splits)s) as x
+                           pool_splits => %(pool_splits)s, engine => %(engine)s) as x
 
 -- name: score_one
 -- The compiled score of one feature vector (tests compare it with LightGBM's own prediction).

@@ -245,10 +245,16 @@ def search_dense(text: str, models: list[str]) -> CrossFitted:
 
 
 def query_features(conn: psycopg.Connection, skb: str, body: str, vector, settings: FusionSettings, model: str,
-                   dense: "CrossFitted | None" = None):
+                   dense: "CrossFitted | None" = None, pairs: tuple[list[str], list[str]] | None = None,
+                   engine: str = "auto"):
     """(node ids, feature matrix) of one query's candidates, exactly as search computes them; `dense`
-    (the trained_dense feature) is the fine-tuned models and the query's vector under each."""
+    (the trained_dense feature) is the fine-tuned models and the query's vector under each. `pairs`:
+    the (field, scorer) pairs as feature_pairs gives them from the feature names (None: the SKB's, read
+    by stark.fusion_pairs on every call, a scan whose cost grows with the SKB; the same features).
+    `engine`: the BM25 engine of the lexical shortlists (auto, textsearch, sql; the same features)."""
+    fields, scorers = pairs if pairs is not None else (None, None)
     rows = list(sql().fusion_features(conn, skb=skb, query=body, embedding=vector, model=model,
                                       pool=settings.pool, knn=settings.knn, link=settings.link,
-                                      pool_splits=list(settings.splits), **dense_arguments(dense)))
+                                      pool_splits=list(settings.splits), pair_fields=fields, pair_scorers=scorers,
+                                      engine=engine, **dense_arguments(dense)))
     return [int(r[0]) for r in rows], np.array([r[1] for r in rows], dtype=np.float64).reshape(len(rows), -1)

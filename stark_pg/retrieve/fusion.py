@@ -44,14 +44,16 @@ def template(name: str, model: FusionModel) -> pgsql.Composed:
         score=pgsql.SQL(model.score_sql), columns=pgsql.SQL(feature_columns(len(model.features))))
 
 
-def rank_params(skb: str, query: str, vector, model: FusionModel, k: int, dense=None) -> dict:
+def rank_params(skb: str, query: str, vector, model: FusionModel, k: int, dense=None, engine: str = "auto") -> dict:
     """The parameters of sql/templates/fusion.sql's `rank` (and `features`) for a query and its embedding
-    under this model: its settings, its (field, scorer) pairs, and its trained_dense vectors if any."""
+    under this model: its settings, its (field, scorer) pairs, and its trained_dense vectors if any.
+    `engine`: the BM25 engine of the lexical shortlists ('auto': pg_textsearch where indexed; the same
+    features, and so the same ranking, on either engine)."""
     s = model.settings
     fields, scorers = feature_pairs(model.features)
     return {"skb": skb, "query": query, "embedding": vector, "model": model.embed_model, "pool": s["pool"],
             "knn": s["knn"], "link": s["link"], "k": k, "pair_fields": fields, "pair_scorers": scorers,
-            "pool_splits": s.get("splits") or ["train"]} | dense_arguments(dense)
+            "pool_splits": s.get("splits") or ["train"], "engine": engine} | dense_arguments(dense)
 
 
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:

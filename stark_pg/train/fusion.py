@@ -26,8 +26,8 @@ import psycopg
 from stark_pg.embed import canonical_name, encode
 from stark_pg.eval import metrics
 from stark_pg.eval.query_sets import fold_of, from_split, learning_splits
-from stark_pg.models.fusion import (TREE_SETTINGS, CrossFitted, FusionModel, FusionSettings, compile_sql, fit_bag,
-                                   fold_models, query_features, save, search_dense, tree_grid)
+from stark_pg.models.fusion import (TREE_SETTINGS, CrossFitted, FusionModel, FusionSettings, compile_sql, feature_pairs,
+                                   fit_bag, fold_models, query_features, save, search_dense, tree_grid)
 from stark_pg.progress import NullReporter, Reporter
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve.focus.answer_type import embed_split
@@ -121,12 +121,15 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
     vectors = encode([q.body for q in queries], model)
     dense = (cross_fitted(conn, skb_id, queries, settings.dense, settings.dense_folds) if settings.dense
              else [None] * len(queries))
-    data = _featured(conn, skb, queries, vectors, dense, settings, model, progress, "features (train queries)")
+    # the SKB's (field, scorer) pairs, read once here rather than by every question's features
+    # (stark.fusion_pairs scans the SKB's fields, relations and chunk kinds); the same features
+    featured_with = partial(_featured, pairs=feature_pairs(names))
+    data = featured_with(conn, skb, queries, vectors, dense, settings, model, progress, "features (train queries)")
     # fitted on, never scored: cross-validation judges on the SKB's own questions only. No fold model of
     # trained_dense saw them, so they are new questions to it: the mean of all of them, as in search.
     extra_vectors = encode([q.body for q in extra.queries], model) if extra.queries else []
     extra_dense = [search_dense(q.body, fold_dense) if fold_dense else None for q in extra.queries]
-    extra_data = _featured(conn, skb, extra.queries, extra_vectors, extra_dense, settings, model, progress,
+    extra_data = featured_with(conn, skb, extra.queries, extra_vectors, extra_dense, settings, model, progress,
                            "features (extra training questions)")
     featured = time.perf_counter()
     grid = tree_grid(settings)
@@ -150,8 +153,8 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
             f", repeat {repeat + 1} of {settings.repeats}" if settings.repeats > 1 else "") + ": features"
         with conn.transaction(force_rollback=True):
             hold_out(conn, skb_id, [queries[i].query_id for i in held])
-            fold_data = _featured(conn, skb, queries, vectors, dense, settings, model, progress, label)
-            fold_extra = _featured(conn, skb, extra.queries, extra_vectors, extra_dense, settings, model, progress,
+            fold_data = featured_with(conn, skb, queries, vectors, dense, settings, model, progress, label)
+            fold_extra = featured_with(conn, skb, extra.queries, extra_vectors, extra_dense, settings, model, progress,
                                    f"{label} (extra training questions)")
         kept = set(held.tolist())
         fitted = [d for i, d in enumerate(fold_data) if i not in kept] + fold_extra
@@ -230,12 +233,13 @@ def hold_out(conn: psycopg.Connection, skb_id: int, query_ids: list[int]) -> Non
 
 
 def _featured(conn: psycopg.Connection, skb: str, queries: list, vectors, dense: list, settings: FusionSettings,
-              model: str, progress: Reporter, label: str) -> list[QueryFeatures]:
-    """Each query's candidates, features and labels (1 for its answers)."""
+              model: str, progress: Reporter, label: str,
+              pairs: tuple[list[str], list[str]] | None = None) -> list[QueryFeatures]:
+    """Each query's candidates, features and labels (1 for its answers); `pairs` as query_features takes them."""
     data: list[QueryFeatures] = []
     with progress.stage(label, total=len(queries)) as stage:
         for query, vector, fitted in zip(queries, vectors, dense):
-            node_ids, X = query_features(conn, skb, query.body, vector, settings, model, fitted)
+            node_ids, X = query_features(conn, skb, query.body, vector, settings, model, fitted, pairs)
             answers = set(query.answer_ids)
             data.append(QueryFeatures(query.query_id, node_ids, X, np.array([n in answers for n in node_ids], float)))
             stage.advance()
