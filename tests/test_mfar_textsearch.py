@@ -191,3 +191,19 @@ def test_fusion_features_are_the_same_on_either_engine(iconn, ibd):
     # the index scan's own top 100 differs from the exact one on some questions: the test compares engines
     # that could disagree
     assert differing_shortlists > 0
+
+
+def test_the_type_fields_top_is_the_sql_engines_from_one_score_per_type(iconn, ibd):
+    """stark.bm25_type_top (the type field's shortlist: every node of a type scores alike there) and
+    stark.bm25_index_top on the type scope, whose ties span whole types (its fetch gives way to the SQL
+    engine's pass when it would scan more rows than that reads postings), both equal the SQL engine's top."""
+    _, skb_id, _, queries = ibd
+    for body, _ in queries[:40]:
+        for k in (5, 100, 1000):
+            exact = iconn.execute("select node_id, score from stark.bm25_top(%s, 'type', %s, %s, engine => 'sql')",
+                                  (skb_id, body, k)).fetchall()
+            assert iconn.execute("select * from stark.bm25_type_top(%s, %s, %s)", (skb_id, body, k)).fetchall() == exact
+            assert iconn.execute("select * from stark.bm25_index_top(%s, 'type', %s, %s)",
+                                 (skb_id, body, k)).fetchall() == exact
+    assert iconn.execute("select count(*) from stark.bm25_type_top(%s, 'gene protein drug', 0)",
+                         (skb_id,)).fetchone()[0] == 0

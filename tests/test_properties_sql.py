@@ -381,6 +381,7 @@ FUNCTIONS = {
     "mfar_dense_kind": (["text"], [scopes]),
     "mfar_field_of_kind": (["text"], [scopes]),
     "mfar_fields": (["text", "text"], [names, models]),
+    "bm25_type_top": (["int", "text", "int", "float8", "float8"], [skb_ids, texts, ints, floats, floats]),
     "mfar_field_scores": (["text", "text", "vector", "text", "text[]", "text[]", "int", "bigint[]", "float8", "float8",
                            "text"],
                           [names, texts, vectors, models, field_arrays, field_arrays, ints, id_arrays, floats, floats,

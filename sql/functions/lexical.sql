@@ -354,7 +354,9 @@ comment on function stark.bm25_index_scan(int, text, text, int) is
 -- first fetch shows rows scoring exactly above their index score, the bound is the largest such ratio
 -- plus 1%. Each larger fetch re-scores only the rows whose index score can still reach the k-th exact
 -- score found so far (it only grows), so a tie of thousands of rows costs one scan of them, and exact
--- scores of the tie only.
+-- scores of the tie only. A tie whose next fetch would be more rows than the SQL engine reads postings
+-- for the query (the `type` scope, where every node of a type scores alike) is ranked by the SQL
+-- engine's pass instead: the same rows, for less.
 create or replace function stark.bm25_index_top(skb int, target_scope text, query text, k int,
                                                 k1 double precision default 1.2, b double precision default 0.75)
 returns table (node_id bigint, score double precision)
@@ -371,6 +373,7 @@ declare
     exact_by_id jsonb;
     ranked bigint[];
     scores double precision[];
+    postings bigint;                                 -- the SQL engine's postings for this query and scope
 begin
     perform stark.check_number('bm25', 'k1', k1, 0, 1000);
     perform stark.check_number('bm25', 'b', b, 0, 1);
@@ -397,6 +400,19 @@ begin
     while got = fetched and not coalesce(scores[wanted] > lowest * bound, false) loop    -- fewer than k: go on
         floor_score := coalesce(scores[wanted] / bound, floor_score);
         fetched := least(fetched::bigint * 8, 2147483647);      -- a tie at the k-th spans hundreds of rows
+        -- A tie of tens of thousands (every node of a type ties in the `type` scope) would be scanned
+        -- row by row: where the next fetch is more rows than the SQL engine reads postings, the SQL
+        -- engine's pass gives the same top k for less (a row scanned costs about a posting read).
+        if postings is null then
+            select coalesce(sum(lt.df), 0) into postings
+            from stark.query_terms(query) q
+            join stark.lex_term lt on lt.skb_id = skb and lt.scope = target_scope and lt.term = q.term;
+        end if;
+        if fetched >= postings then
+            return query select s.node_id, s.score from stark.bm25_scores(skb, target_scope, query, k1, b) s
+                         order by s.score desc, s.node_id limit wanted;
+            return;
+        end if;
         select coalesce(array_agg(t.node_id) filter (where -t.index_score / (k1 + 1) >= floor_score), '{}'),
                count(*), min(-t.index_score / (k1 + 1))
         into ids, got, lowest

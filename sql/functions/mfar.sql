@@ -67,6 +67,45 @@ $$;
 comment on function stark.mfar_fields(text, text) is
     'The mFAR fields of the named SKB and whether each has a lexical index and dense vectors of the model.';
 
+-- The top k of the `type` scope by BM25 (score, then node id), as stark.bm25_top ranks it, without
+-- reading the scope's postings or a tie through an index: every node of a type has the same text there,
+-- so the same score. Each type is scored once (one node of it, stark.bm25_rows), and the k first node
+-- ids of each matching type are ranked. (A query naming a type ties every node of it, tens of
+-- thousands in a large SKB: the SQL engine reads their postings, the index path scans the tie.)
+-- Sequential scans are off: a type's one node is an index probe, which the planner cannot see from a
+-- type it does not know.
+create or replace function stark.bm25_type_top(skb int, query text, k int,
+                                               k1 double precision default 1.2, b double precision default 0.75)
+returns table (node_id bigint, score double precision)
+language plpgsql stable set enable_seqscan = off as $$
+begin
+    perform stark.check_count('bm25', 'k', k, 0, stark.k_max());
+    perform stark.check_number('bm25', 'k1', k1, 0, 1000);
+    perform stark.check_number('bm25', 'b', b, 0, 1);
+    return query
+    with recursive t(type) as (                      -- the SKB's types, one index probe each
+        select min(n.type) from stark.node n where n.skb_id = skb
+        union all
+        select (select min(n.type) from stark.node n where n.skb_id = skb and n.type > t.type)
+        from t where t.type is not null),
+    reps as materialized (
+        select t.type, (select n.node_id from stark.node n where n.skb_id = skb and n.type = t.type limit 1) as rep
+        from t where t.type is not null),
+    scored as materialized (
+        select r.type, s.score
+        from reps r join stark.bm25_rows(skb, 'type', query, array(select r2.rep from reps r2), k1, b) s
+                    on s.node_id = r.rep)
+    select x.node_id, s.score
+    from scored s
+    cross join lateral (select n.node_id from stark.node n where n.skb_id = skb and n.type = s.type
+                        order by n.node_id limit k) x
+    order by s.score desc, x.node_id
+    limit k;
+end
+$$;
+comment on function stark.bm25_type_top(int, text, int, double precision, double precision) is
+    'Top-k nodes of the type scope (by skb_id) by BM25, as stark.bm25_top ranks them, one score per type.';
+
 -- Every (field, scorer) score of a query's candidates, one row per (node, field, scorer) that has one
 -- (a node with no BM25 match in a field, or no vector for it, has no row: its score there is 0).
 -- Candidates: the union of each pair's shortlist (the `pool` best nodes of every lexical field, the
@@ -152,12 +191,16 @@ begin
                           'order by l.score desc, l.node_id) as r from lex l) x where x.r <= $5'::text;
     end if;
     -- the indexed fields' shortlists through their indexes, exactly the SQL engine's top `pool` (score,
-    -- then node id: stark.bm25_index_top), so that both engines give the same candidates
+    -- then node id: stark.bm25_index_top; the type field's by stark.bm25_type_top, one score per type),
+    -- so that both engines give the same candidates
     if cardinality(indexed) > 0 then
         select coalesce(array_agg(distinct s.node_id), '{}') into shortlisted
-        from unnest(indexed) as f(field)
-        cross join lateral stark.bm25_index_top(skb, stark.mfar_lexical_scope(f.field), query, pool, k1, b) s
-        where pool > 0;
+        from (select t.node_id from unnest(indexed) as f(field)
+              cross join lateral stark.bm25_index_top(skb, stark.mfar_lexical_scope(f.field), query, pool, k1, b) t
+              where f.field <> 'type' and pool > 0
+              union all
+              select t.node_id from stark.bm25_type_top(skb, query, pool, k1, b) t
+              where 'type' = any(indexed) and pool > 0) s;
         -- added to `include` (one unnest): a separate `unnest($10)` branch raised the planner's estimate
         -- of the candidates enough to hash-join whole chunk tables instead of looking candidates up
         include := coalesce(include, '{}') || shortlisted;
