@@ -19,6 +19,12 @@ REV, creates its substitution functions as temporary ones (pg_temp.prev_*, gone 
 compares against them:
 
     python benchmarks/focus_benchmark.py synthetic-130000 --previous b4adf77
+
+--max-cost LIST times stark.focus_substitute's bound on one revision's estimated index reads (its
+`max_cost`; 'none': no bound, the exact sets) on the same sets in turns, and counts the sets each value
+cut (with 'none' among them, also whether the bounded sets are the exact ones or supersets of them):
+
+    python benchmarks/focus_benchmark.py synthetic-100000 --max-cost none,200000
 """
 
 from __future__ import annotations
@@ -106,8 +112,13 @@ def main() -> None:
                              "same sets, alternating with stark.focus_substitute")
     parser.add_argument("--previous", default=None, metavar="REV",
                         help="compare with focus.sql as of this git revision (installed as temporary functions)")
+    parser.add_argument("--max-cost", default=None, metavar="LIST",
+                        help="time stark.focus_substitute with each of these max_cost values on the same sets, in "
+                             "turns (comma-separated; 'none' for no bound), instead of its default alone")
     parser.add_argument("--dsn", default=None, help="default: STARK_PG_DSN or the embedded server")
     args = parser.parse_args()
+    if args.max_cost:
+        return compare_costs(args)
     rng = random.Random(args.seed)
     with connect(args.dsn) as conn:
         skb_id = require_skb(conn, args.skb)
@@ -168,6 +179,63 @@ def main() -> None:
                 o = np.array(other_times)
                 print(f"    {args.compare}: p50 {np.percentile(o, 50):7.2f} ms  p95 {np.percentile(o, 95):7.2f} ms  "
                       f"max {o.max():8.2f} ms  | sets that differ: {differ}")
+        print(f"load average {' / '.join(f'{x:.2f}' for x in os.getloadavg())} (1 / 5 / 15 min) at the end")
+
+
+def compare_costs(args) -> None:
+    """Each set with each max_cost in turns (the order shuffled per set): p50 / p95 / max, how many sets a
+    bound cut, and whether every cut set is a superset of the unbounded one (it must be)."""
+    rng = random.Random(args.seed)
+    costs = [None if c.strip().lower() == "none" else float(c) for c in args.max_cost.split(",")]
+    with connect(args.dsn) as conn:
+        skb_id = require_skb(conn, args.skb)
+        conn.execute("select setseed(%s)", (rng.uniform(-1, 1),))
+        starts = conn.execute("select node_id, type from stark.node where skb_id = %s order by random() limit %s",
+                              (skb_id, args.count * 2)).fetchall()
+        problems = []
+        for node, node_type in starts:
+            p = generate(conn, skb_id, node, node_type, rng)
+            if p.triplets:
+                problems.append(p)
+            if len(problems) == args.count:
+                break
+        for cost in costs:                                           # warm caches and plans
+            substitute(conn, args.skb, problems[0], max_cost=cost)
+        print(f"load average {' / '.join(f'{x:.2f}' for x in os.getloadavg())} (1 / 5 / 15 min) at the start")
+        for respect in (False, True):
+            times = {c: [] for c in costs}
+            cut = {c: 0 for c in costs}
+            results: dict = {c: [] for c in costs}
+            for p in problems:
+                order = list(costs)
+                rng.shuffle(order)
+                for cost in order:
+                    started = time.perf_counter()
+                    result = substitute(conn, args.skb, p, respect_relations=respect, directed=args.directed,
+                                        max_cost=cost)
+                    times[cost].append((time.perf_counter() - started) * 1000)
+                    cut[cost] += result.cut > 0
+                    results[cost].append(result)
+            exact = results[None] if None in costs else None
+            for cost in costs:
+                t = np.array(times[cost])
+                line = (f"  relations {'respected' if respect else 'ignored '}, max_cost {cost if cost is None else int(cost)}: "
+                        f"p50 {np.percentile(t, 50):7.2f} ms  p95 {np.percentile(t, 95):7.2f} ms  max {t.max():8.2f} ms"
+                        f"  | sets cut {cut[cost]} of {len(problems)}")
+                if exact is not None and cost is not None:
+                    same = sum({v: s.node_ids for v, s in r.sets.items()} == {v: s.node_ids for v, s in e.sets.items()}
+                               for r, e in zip(results[cost], exact))
+                    superset = all(all(s.unconstrained or (e.sets[v].node_ids is not None
+                                                           and set(e.sets[v].node_ids) <= set(s.node_ids))
+                                       for v, s in r.sets.items())
+                                   for r, e in zip(results[cost], exact))
+                    line += f", same sets as unbounded {same}, supersets {superset}"
+                print(line)
+            for cost in costs:
+                t = np.array(times[cost])
+                for i in np.argsort(-t)[:args.show_slowest]:
+                    print(f"    max_cost {cost}: {t[i]:.1f} ms, cut {results[cost][i].cut}: "
+                          f"{json.dumps(problems[i].as_json())}")
         print(f"load average {' / '.join(f'{x:.2f}' for x in os.getloadavg())} (1 / 5 / 15 min) at the end")
 
 

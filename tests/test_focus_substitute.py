@@ -13,7 +13,7 @@ import pytest
 
 from focus_reference import Graph
 from focus_reference import substitute as reference_substitute
-from stark_pg.retrieve.focus.substitute import Problem, Triplet, substitute
+from stark_pg.retrieve.focus.substitute import MAX_COST, Problem, Triplet, substitute
 
 SETTINGS = [(False, False), (True, False), (False, True), (True, True)]   # (respect_relations, directed)
 
@@ -73,8 +73,11 @@ def as_reference(problem: Problem) -> list[dict]:
     return [{"head": t.head, "relation": t.relation, "tail": t.tail} for t in problem.triplets]
 
 
-def sql_sets(conn, graph: Graph, skb: str, problem: Problem, respect: bool, directed: bool) -> dict[str, set[int]]:
-    result = substitute(conn, skb, problem, respect_relations=respect, directed=directed)
+def sql_sets(conn, graph: Graph, skb: str, problem: Problem, respect: bool, directed: bool,
+             max_cost: int | None = None) -> dict[str, set[int]]:
+    """The SQL's sets, unbounded by default (max_cost None: the exact algorithm the reference runs)."""
+    result = substitute(conn, skb, problem, respect_relations=respect, directed=directed, max_cost=max_cost)
+    assert max_cost is not None or result.cut == 0
     out = {}
     for v, s in result.sets.items():
         if s.unconstrained:
@@ -86,7 +89,7 @@ def sql_sets(conn, graph: Graph, skb: str, problem: Problem, respect: bool, dire
     return out
 
 
-def check_many(conn, skb: str, count: int, seed: int) -> int:
+def check_many(conn, skb: str, count: int, seed: int, max_cost: int | None = None) -> int:
     graph = read_graph(conn, skb)
     relations = sorted({r for adj in graph.out.values() for r, _ in adj})
     types = sorted({t for t, _ in graph.nodes.values()})
@@ -97,7 +100,7 @@ def check_many(conn, skb: str, count: int, seed: int) -> int:
         respect, directed = SETTINGS[i % len(SETTINGS)]
         expected = reference_substitute(graph, problem.variables, as_reference(problem),
                                         respect_relations=respect, directed=directed)
-        got = sql_sets(conn, graph, skb, problem, respect, directed)
+        got = sql_sets(conn, graph, skb, problem, respect, directed, max_cost)
         assert got == expected, f"problem {json.dumps(problem.as_json())} respect={respect} directed={directed}"
         nonempty += any(0 < len(s) < len(graph.nodes) for s in expected.values())
     return nonempty
@@ -110,7 +113,8 @@ def test_sql_matches_reference_on_the_slice(ibd_indexed_url, summary):
     with psycopg.connect(ibd_indexed_url, autocommit=True) as conn, conn.transaction(force_rollback=True):
         if summary:
             assert conn.execute("select stark.edge_type_link_build('stark-prime-ibd')").fetchone()[0] > 0
-        nonempty = check_many(conn, "stark-prime-ibd", 240, seed=11)
+        # with the default bound on a revision's cost (MAX_COST), which the slice never reaches: exact sets
+        nonempty = check_many(conn, "stark-prime-ibd", 240, seed=11, max_cost=MAX_COST)
     assert nonempty > 100          # the generated sets narrow something, not just empty everything
 
 
@@ -247,3 +251,40 @@ def test_bad_problems_are_named(ibd_indexed_url):
             substitute(conn, "nope", Problem({"x": None}, ()))
         with pytest.raises(psycopg.errors.RaiseException, match="names variable .*y"):
             substitute(conn, "stark-prime-ibd", Problem({"x": None}, (Triplet("x", None, "y"),)))
+
+
+def test_a_revision_over_max_cost_is_left_out_counted_and_keeps_a_superset(conn):
+    """The tail's bound: with a tiny max_cost the revisions between two sets are left out; the call says
+    how many (`cut`), and every set is a superset of the exact one (no answer lost). Unbounded: cut 0."""
+    from loaders.synthetic import SyntheticSource
+    from stark_pg.retrieve import focus
+
+    load_skb = __import__("stark_pg.skb.store", fromlist=["load_skb"]).load_skb
+    load_skb(conn, SyntheticSource(nodes=1500, seed=4, edges_per_node=8), "synthetic-cut")
+    graph = read_graph(conn, "synthetic-cut")
+    relations = sorted({r for adj in graph.out.values() for r, _ in adj})
+    types = sorted({t for t, _ in graph.nodes.values()})
+    rng = random.Random(4)
+    cut_sets = 0
+    for _ in range(60):
+        problem = generate(graph, rng, relations, types)
+        exact = sql_sets(conn, graph, "synthetic-cut", problem, False, False)
+        bounded = substitute(conn, "synthetic-cut", problem, max_cost=1)
+        assert substitute(conn, "synthetic-cut", problem, max_cost=None).cut == 0
+        for v, s in bounded.sets.items():
+            assert s.unconstrained or exact[v] <= set(s.node_ids)
+        if bounded.cut:
+            cut_sets += 1
+            assert "max_cost" in bounded.sql
+    assert cut_sets > 5
+    # 4StepFocus's explanation says so (the trace carries the count)
+    options = focus.Options(max_cost=1)
+    trace = {"substitution": {"rounds": 2, "sql_ms": 1.0, "sizes": {"x1": 10}, "unconstrained": [], "cut": 3},
+             "sql": "select ...", "filter": "candidates", "filtered_in_top": 0, "links": [], "dropped": [],
+             "linked": [], "target": {"variable": "x1", "node_type": None},
+             "triplets": {"target": "x1", "triplets": []}, "llm_triplets": {"calls": 1, "cache_hits": 0, "seconds": 1},
+             "target_type": {"probabilities": {}, "votes": [], "llm_type": None}}
+    lines = focus.explain(trace, options, [])["3. substitute"]
+    assert any("3 revisions left out over max_cost 1" in line for line in lines)
+    with pytest.raises(Exception, match="max_cost"):
+        focus.Options(max_cost=-1).check()

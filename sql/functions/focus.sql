@@ -73,6 +73,12 @@ comment on function stark.focus_name_candidates(text, text, int) is
 -- the same sets from half the edges. Relations: the triplet's relation only (respect_relations =>
 -- true) or any relation (the paper's setting).
 --
+-- `max_cost` bounds the tail: a variable-variable revision whose cheaper statement is estimated (with
+-- the degrees stark.focus_revise measures) to read more index entries than this is not made; the set
+-- keeps its members, a superset of the arc-consistent set, so no answer is lost, only less is narrowed.
+-- The column `cut` counts such revisions (0: the sets are exact). Those are revisions between two large
+-- sets, whose result stays large: a prefilter of little use. NULL: no bound.
+--
 -- A set nothing has narrowed yet stays symbolic ("every node of the type") and is read from stark.node
 -- when a triplet needs it, so an unconstrained variable costs nothing; sets otherwise live in arrays.
 -- (Created only where missing, so that later migrations can re-run this file.)
@@ -305,10 +311,14 @@ comment on function stark.focus_gather_sql(int, text, text) is
 -- more edges to test than nodes in the list.
 -- `x_ids` are x's members (x's type's nodes while x is every node of its type; null for every node
 -- of any type, which only a probe can use), `nodes` the SKB's node count.
+-- `max_cost` (null: none): a revision whose cheaper statement is estimated to read more index entries
+-- than this is not made, and NULL is returned (y keeps every member: a superset of the revised set).
+drop function if exists stark.focus_revise(int, stark.focus_domain, bigint, stark.focus_domain, bigint[], bigint, bigint,
+                                           text, text, double precision);
 create or replace function stark.focus_revise(skb int, y stark.focus_domain, y_size bigint,
                                               x stark.focus_domain, x_ids bigint[], x_size bigint,
                                               nodes bigint, relation text, y_end text,
-                                              degree double precision)
+                                              degree double precision, max_cost double precision default null)
 returns bigint[]
 language plpgsql stable as $$
 declare
@@ -360,6 +370,9 @@ begin
             if side = 1 then y_degree := measured / cardinality(sample); else x_degree := measured / cardinality(sample); end if;
         end if;
     end loop;
+    if max_cost is not null and least(probe, gather) > max_cost then
+        return null;                                 -- over the budget: not revised
+    end if;
     if probe <= gather then
         if y_size > 1000 then
             linked := stark.focus_linked(skb, y, x.node_type, relation, y_end);
@@ -398,15 +411,20 @@ begin
     return result;
 end
 $$;
-comment on function stark.focus_revise(int, stark.focus_domain, bigint, stark.focus_domain, bigint[], bigint, bigint, text, text, double precision) is
-    'Internal (4StepFocus): the members of one candidate set with an edge to a member of another, probed or gathered, whichever reads less.';
+comment on function stark.focus_revise(int, stark.focus_domain, bigint, stark.focus_domain, bigint[], bigint, bigint, text, text, double precision, double precision) is
+    'Internal (4StepFocus): the members of one candidate set with an edge to a member of another, probed or gathered, whichever reads less (NULL: over max_cost, not revised).';
 
+drop function if exists stark.focus_substitute(text, jsonb, boolean, boolean, int);
 create or replace function stark.focus_substitute(skb_name text, problem jsonb,
                                                   respect_relations boolean default false,
-                                                  directed boolean default false, max_rounds int default 1000)
-returns table (variable text, node_type text, unconstrained boolean, size bigint, node_ids bigint[], rounds int)
+                                                  directed boolean default false, max_rounds int default 1000,
+                                                  max_cost double precision default 50000)
+returns table (variable text, node_type text, unconstrained boolean, size bigint, node_ids bigint[], rounds int,
+               cut int)
 language plpgsql stable as $$
 declare
+    n_cut int := 0;                        -- variable-variable revisions not made: over max_cost
+    cut_now boolean := false;
     skb int := stark.skb_id(skb_name);
     doms stark.focus_domain[] := '{}';
     univ stark.focus_domain[] := '{}';     -- each variable's type's nodes (node_ids loaded when first needed)
@@ -627,13 +645,18 @@ begin
                         old_ids := case when not doms[b].top then doms[b].node_ids
                                         when doms[b].node_type is not null then univ[b].node_ids end;
                         new_ids := stark.focus_revise(skb, doms[a], a_size, doms[b], old_ids,
-                                                      b_size, n_nodes, arc_rel[i], a_end, degree);
-                        if cardinality(new_ids) >= a_size then
+                                                      b_size, n_nodes, arc_rel[i], a_end, degree, max_cost);
+                        if new_ids is null then
+                            n_cut := n_cut + 1;              -- over the budget: a keeps its members
+                            cut_now := true;
+                        elsif cardinality(new_ids) >= a_size then
                             new_ids := null;
                         end if;
                     end if;
                     seen_ver[k] := ver[b];
-                    seen_dom[k] := doms[b];
+                    -- after a cut, a was never revised against b: no incremental revision may build on it
+                    seen_dom[k] := case when cut_now then null else doms[b] end;
+                    cut_now := false;
                     if new_ids is not null then
                         changed := true;
                         doms[a].top := false;
@@ -663,9 +686,10 @@ begin
         size := case when doms[i].top then type_size[i] else cardinality(doms[i].node_ids) end;
         node_ids := case when doms[i].top then null else doms[i].node_ids end;
         rounds := n_rounds;
+        cut := n_cut;
         return next;
     end loop;
 end
 $$;
-comment on function stark.focus_substitute(text, jsonb, boolean, boolean, int) is
+comment on function stark.focus_substitute(text, jsonb, boolean, boolean, int, double precision) is
     '4StepFocus substitution: each variable''s candidates after applying the triplets until no set changes.';

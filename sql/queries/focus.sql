@@ -45,11 +45,12 @@ limit 1;
 -- Nodes a triplet's constant may link to: same lower-cased name, or among the best BM25 name matches.
 select node_id, type, name, exact, bm25 from stark.focus_name_candidates(:skb, :constant, :pool);
 
--- name: focus_substitute(skb, problem, respect_relations, directed)
--- Algorithm 2: each variable's candidate set after applying the triplets until no set changes.
-select variable, node_type, unconstrained, size, node_ids, rounds
+-- name: focus_substitute(skb, problem, respect_relations, directed, max_cost)
+-- Algorithm 2: each variable's candidate set after applying the triplets until no set changes (cut:
+-- the revisions left out over max_cost).
+select variable, node_type, unconstrained, size, node_ids, rounds, cut
 from stark.focus_substitute(:skb, cast(:problem as jsonb), respect_relations => :respect_relations,
-                            directed => :directed);
+                            directed => :directed, max_cost => cast(:max_cost as double precision));
 
 -- name: focus_rank(skb, embedding, candidates, type_names, type_probs, type_weight, k, model)
 -- Step 3: the filtered candidates by cosine first, then the other nodes by cosine plus the type bonus.

@@ -31,7 +31,7 @@ from stark_pg.options import LLMOptions, OptionError
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Hit, Ranking
 from stark_pg.retrieve.focus import answer_type, link, triplets
-from stark_pg.retrieve.focus.substitute import substitute
+from stark_pg.retrieve.focus.substitute import MAX_COST, substitute
 from stark_pg.retrieve.rerank import DOC_CHARS, SIM_WEIGHT, check_rerank, rerank
 from stark_pg.skb.catalog import require_skb
 
@@ -43,6 +43,7 @@ NEEDS = ("llm",)  # an LLM at query time (see README: LLMs)
 class Options(LLMOptions):
     respect_relations: bool = False   # substitution follows only the triplet's relation (the paper: any)
     directed: bool = False            # edges only head -> tail (default: either direction)
+    max_cost: int = MAX_COST          # a revision estimated to read more index entries is left out (0: no bound)
     k_max: int = 20                   # the candidate list: filtered first, padded by VSS; reranked with rerank
     examples: int = 3                 # few-shot examples in the triplet prompt (built from the SKB)
     link_pool: int = 20               # BM25 name matches considered when linking a constant
@@ -63,6 +64,8 @@ class Options(LLMOptions):
         super().check()
         if self.k_max <= 0:
             raise OptionError(f"4stepfocus k_max must be positive, not {self.k_max}")
+        if self.max_cost < 0:
+            raise OptionError(f"4stepfocus max_cost must be 0 (no bound) or more, not {self.max_cost}")
         if self.examples < 0:
             raise OptionError(f"4stepfocus examples must be 0 or more, not {self.examples}")
         if self.type_weight < 0 or self.type_k <= 0:
@@ -105,13 +108,14 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
         candidates, target_set = None, None
         if prepared.problem is not None:
             result = substitute(conn, skb, prepared.problem, respect_relations=o.respect_relations,
-                                directed=o.directed)
+                                directed=o.directed, max_cost=o.max_cost or None)
             target_set = result.sets[prepared.target]
             trace["problem"] = prepared.problem.as_json()
             trace["sql"] = result.sql
             trace["substitution"] = {"rounds": result.rounds, "sql_ms": result.ms,
                                      "sizes": {v: s.size for v, s in result.sets.items()},
-                                     "unconstrained": [v for v, s in result.sets.items() if s.unconstrained]}
+                                     "unconstrained": [v for v, s in result.sets.items() if s.unconstrained],
+                                     "cut": result.cut}
             if not target_set.unconstrained and target_set.size > 0:
                 candidates = target_set.node_ids
         trace["candidate_count"] = None if target_set is None else target_set.size
@@ -186,6 +190,9 @@ def explain(trace: dict, o: Options, rows) -> dict:
                  for v, n in s["sizes"].items()]
         lines.append(f"{s['rounds']} rounds, {s['sql_ms']} ms; relations {'respected' if o.respect_relations else 'ignored'}, "
                      f"edges {'directed' if o.directed else 'either way'}")
+        if s.get("cut"):
+            lines.append(f"{s['cut']} revisions left out over max_cost {o.max_cost} (between large sets): "
+                         f"the sets are supersets of the exact ones")
         steps["3. substitute"] = lines
         steps["   SQL"] = trace["sql"]
     else:

@@ -52,6 +52,10 @@ class CandidateSet:
     node_ids: list[int] | None
 
 
+# stark.focus_substitute's default bound on one revision's estimated index reads (its `max_cost`)
+MAX_COST = 50_000
+
+
 @dataclass
 class Substitution:
     sets: dict[str, CandidateSet]
@@ -59,20 +63,24 @@ class Substitution:
     sql: str                       # the statement as run, with its values inlined
     ms: float
     extra: dict = field(default_factory=dict)
+    cut: int = 0                   # revisions left out over max_cost (0: the sets are exact)
 
 
 def substitute(conn: psycopg.Connection, skb: str, problem: Problem, *, respect_relations: bool = False,
-               directed: bool = False) -> Substitution:
-    """Every variable's candidate set once the triplets are applied until no set changes."""
+               directed: bool = False, max_cost: int | None = MAX_COST) -> Substitution:
+    """Every variable's candidate set once the triplets are applied until no set changes. A revision
+    between two sets estimated to read more than `max_cost` index entries is left out (None: none is):
+    its set keeps its members, a superset of the exact one; `cut` counts them."""
     params = {"skb": skb, "problem": json.dumps(problem.as_json()), "respect_relations": respect_relations,
-              "directed": directed}
+              "directed": directed, "max_cost": max_cost}
     started = time.perf_counter()
     rows = list(sql().focus_substitute(conn, **params))
     ms = (time.perf_counter() - started) * 1000
     sets = {r[0]: CandidateSet(r[0], r[1], bool(r[2]), int(r[3]), None if r[4] is None else [int(i) for i in r[4]])
             for r in rows}
     rounds = int(rows[0][5]) if rows else 0
-    return Substitution(sets, rounds, render(conn, sql().focus_substitute.sql, params), round(ms, 3))
+    cut = int(rows[0][6]) if rows else 0
+    return Substitution(sets, rounds, render(conn, sql().focus_substitute.sql, params), round(ms, 3), cut=cut)
 
 
 def render(conn: psycopg.Connection, statement: str, params: dict) -> str:
