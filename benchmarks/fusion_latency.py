@@ -10,6 +10,16 @@ call without the trees (`features`) run alternately on one connection, planned g
 plans them (stark_pg.retrieve.fusion.generic_plan); the first `--warmup` questions are left out of the
 figures (psycopg prepares a statement on its fifth run). The rankings are the ones `stark-pg search -m
 fusion` returns; nothing is written. Trees = ranking statement minus features, per question.
+
+--engines sql,auto times the ranking statement with each BM25 engine of the lexical shortlists in turns
+(the order alternating per question): 'sql' is the SQL engine's pass over every field, what fusion
+computed before it took the SKB's pg_textsearch indexes ('auto'); it also counts the questions whose
+rankings differ (there should be none: the features are the same). --training N times, for N training
+questions, the features as `stark-pg train fusion` computes them for each question and fold, before
+(the SKB's (field, scorer) pairs read by stark.fusion_pairs on every call, the SQL engine) and now (the
+pairs passed, engine auto), in turns, and checks that both give the same feature vectors:
+
+    python benchmarks/fusion_latency.py synthetic-100000 --split val --engines sql,auto --training 40
 """
 
 from __future__ import annotations
@@ -78,6 +88,61 @@ def measure(conn, skb: str, name: str, split: str, questions: int, warmup: int) 
             "features": len(model.features), "candidates_p50": int(np.median(candidates[warmup:])), "ms": figures}
 
 
+def percentiles(values: list[float]) -> dict:
+    return {"p50": round(float(np.percentile(values, 50)), 1), "p95": round(float(np.percentile(values, 95)), 1),
+            "max": round(float(np.max(values)), 1)}
+
+
+def compare_engines(conn, skb: str, name: str, split: str, questions: int, warmup: int, engines: list[str]) -> dict:
+    """The ranking statement (the query's embedding left out) with each engine, in turns per question."""
+    skb_id = require_skb(conn, skb)
+    model = load(conn, skb_id, skb, name)
+    bodies = [q.body for q in from_split(conn, skb_id, split).queries][: questions + warmup]
+    times: dict[str, list[float]] = {e: [] for e in engines}
+    differ = 0
+    for i, body in enumerate(bodies):
+        vector = encode_query(body, model.embed_model)
+        ranked = {}
+        for engine in (engines if i % 2 == 0 else engines[::-1]):
+            params = rank_params(skb, body, vector, model, 10, engine=engine)
+            started = time.perf_counter()
+            with generic_plan(conn):
+                ranked[engine] = conn.execute(template("rank", model), params).fetchall()
+            if i >= warmup:
+                times[engine].append((time.perf_counter() - started) * 1000)
+        differ += i >= warmup and any(r != ranked[engines[0]] for r in ranked.values())
+    return {"skb": skb, "model": name, "split": split, "questions": len(bodies) - warmup,
+            "ranking statement ms": {e: percentiles(v) for e, v in times.items()}, "rankings that differ": differ}
+
+
+def training_features(conn, skb: str, name: str, count: int) -> dict:
+    """One training question's features as training computes them, before and now, in turns."""
+    from stark_pg.models.fusion import feature_pairs
+    from stark_pg.resources import queries as sql
+
+    skb_id = require_skb(conn, skb)
+    model = load(conn, skb_id, skb, name)
+    s = model.settings
+    settings = FusionSettings(pool=s["pool"], knn=s["knn"], link=s["link"], splits=s.get("splits") or ["train"])
+    names = list(sql().fusion_feature_names(conn, skb=skb, model=model.embed_model, trained_dense=False))
+    pairs = feature_pairs(names)
+    ways = {"before: fusion_pairs per call, engine sql": {"pairs": None, "engine": "sql"},
+            "now: pairs passed, engine auto": {"pairs": pairs, "engine": "auto"}}
+    times: dict[str, list[float]] = {w: [] for w in ways}
+    differ = 0
+    for i, q in enumerate(from_split(conn, skb_id, "train").queries[:count]):
+        vector = encode_query(q.body, model.embed_model)
+        got = {}
+        for way in (list(ways) if i % 2 == 0 else list(ways)[::-1]):
+            started = time.perf_counter()
+            got[way] = query_features(conn, skb, q.body, vector, settings, model.embed_model, **ways[way])
+            times[way].append((time.perf_counter() - started) * 1000)
+        a, b = got.values()
+        differ += not (a[0] == b[0] and np.array_equal(a[1], b[1]))
+    return {"skb": skb, "training questions": count, "features ms": {w: percentiles(v) for w, v in times.items()},
+            "questions whose features differ": differ}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("skb")
@@ -86,7 +151,21 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=40, help="questions timed, after the warm-up ones")
     parser.add_argument("--warmup", type=int, default=5, help="questions run first and left out of the figures")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--engines", default=None, help="compare the ranking statement on these BM25 engines "
+                                                        "(comma-separated: sql, auto, textsearch)")
+    parser.add_argument("--training", type=int, default=0, help="also time N training questions' features, "
+                                                                "before and now")
     args = parser.parse_args()
+    if args.engines or args.training:
+        with connect() as conn:
+            out = {}
+            if args.engines:
+                out["engines"] = compare_engines(conn, args.skb, args.model, args.split, args.questions, args.warmup,
+                                                 [e.strip() for e in args.engines.split(",")])
+            if args.training:
+                out["training"] = training_features(conn, args.skb, args.model, args.training)
+        print(json.dumps(out, indent=2))
+        return
     with connect() as conn:
         result = measure(conn, args.skb, args.model, args.split, args.questions, args.warmup)
     if args.json:

@@ -56,7 +56,8 @@ from stark_pg.skb.catalog import require_skb  # noqa: E402
 DEFAULT_CAP = 100            # stark.kar_neighbours' per_hop_cap default
 STATEMENT = ("select * from stark.kar_neighbours(%(skb)s, %(anchors)s::bigint[], hops => %(hops)s, query => %(query)s, "
              "k => %(k)s, per_hop_cap => %(cap)s, model => %(model)s, directed => %(directed)s, "
-             "last_hop => %(last_hop)s)")
+             "last_hop => %(last_hop)s, max_frontier => %(frontier)s)")
+DEFAULT_FRONTIER = 2000      # stark.kar_neighbours' max_frontier default
 
 
 def fill_random_document_vectors(conn, skb_id: int, dim: int) -> str:
@@ -144,7 +145,7 @@ def draw_calls(conn, skb_id: int, model: str, count: int, rng: random.Random,
 
 def top_sets(rows) -> dict[int, set[int]]:
     out: dict[int, set[int]] = {}
-    for anchor, _hop, _relations, _path, neighbour, _similarity, _rank in rows:
+    for anchor, _hop, _relations, _path, neighbour, _similarity, _rank, _frontier in rows:
         out.setdefault(anchor, set()).add(neighbour)
     return out
 
@@ -170,6 +171,9 @@ def main() -> None:
                         help="stark.kar_index_min_rows for the index settings, comma-separated (one setting each)")
     parser.add_argument("--index-overfetch", default="2",
                         help="stark.kar_index_overfetch for the index settings, comma-separated (one setting each)")
+    parser.add_argument("--max-frontier", default=None,
+                        help="also the default cap with each of these max_frontier values (comma-separated, 'none' "
+                             "for no bound); the other capped settings use the default, no cap has none")
     parser.add_argument("--show-slowest", type=int, default=0, help="print the slowest calls of each setting")
     parser.add_argument("--dsn", default=None, help="default: STARK_PG_DSN or the embedded server")
     parser.add_argument("--json", action="store_true")
@@ -177,14 +181,21 @@ def main() -> None:
     if args.random_vectors and (args.query_embeddings or args.model):
         parser.error("--random-vectors uses its own pseudo-model: no --model, no --query-embeddings")
     caps = [DEFAULT_CAP] + [int(c) for c in args.caps.split(",") if c.strip()]
-    # (label, per_hop_cap, directed, last_hop, (stark.kar_index_min_rows, stark.kar_index_overfetch) or None)
-    settings: list[tuple[str, int | None, bool, str, tuple[int, int] | None]] = [
-        (f"cap {c}" + (" (default)" if c == DEFAULT_CAP else ""), c, False, "exact", None) for c in dict.fromkeys(caps)]
-    settings.append(("no cap (exact)", None, False, "exact", None))
+    # (label, per_hop_cap, directed, last_hop, (stark.kar_index_min_rows, stark.kar_index_overfetch) or None,
+    #  max_frontier)
+    settings: list[tuple[str, int | None, bool, str, tuple[int, int] | None, int | None]] = [
+        (f"cap {c}" + (" (default)" if c == DEFAULT_CAP else ""), c, False, "exact", None, DEFAULT_FRONTIER)
+        for c in dict.fromkeys(caps)]
+    settings.append(("no cap (exact)", None, False, "exact", None, None))
+    for f in dict.fromkeys((args.max_frontier or "").split(",")):
+        if f.strip():
+            bound = None if f.strip().lower() == "none" else int(f)
+            if bound != DEFAULT_FRONTIER:
+                settings.append((f"cap {DEFAULT_CAP}, frontier {bound}", DEFAULT_CAP, False, "exact", None, bound))
     if not args.no_directed:
-        settings.append((f"directed, cap {DEFAULT_CAP}", DEFAULT_CAP, True, "exact", None))
+        settings.append((f"directed, cap {DEFAULT_CAP}", DEFAULT_CAP, True, "exact", None, DEFAULT_FRONTIER))
     if not args.no_index:
-        settings += [(f"index, cap {DEFAULT_CAP}, min {m}, x{f}", DEFAULT_CAP, False, "index", (m, f))
+        settings += [(f"index, cap {DEFAULT_CAP}, min {m}, x{f}", DEFAULT_CAP, False, "index", (m, f), DEFAULT_FRONTIER)
                      for m in dict.fromkeys(int(x) for x in args.index_min_rows.split(",") if x.strip())
                      for f in dict.fromkeys(int(x) for x in args.index_overfetch.split(",") if x.strip())]
     rng = random.Random(args.seed)
@@ -199,13 +210,15 @@ def main() -> None:
                                     "(select count(*) from stark.edge where skb_id = %s)", (skb_id, skb_id)).fetchone()
         anchors, vectors, source = draw_calls(conn, skb_id, model, args.count, rng, args.query_embeddings)
 
-        def run(i: int, cap: int | None, directed: bool, last_hop: str, walk: tuple[int, int] | None):
+        def run(i: int, cap: int | None, directed: bool, last_hop: str, walk: tuple[int, int] | None,
+                frontier: int | None):
             conn.execute("select set_config('stark.kar_index_min_rows', %s, false), "
                          "set_config('stark.kar_index_overfetch', %s, false)",
                          ("", "") if walk is None else tuple(map(str, walk)))
             return conn.execute(STATEMENT, {"skb": args.skb, "anchors": anchors[i], "hops": args.hops,
                                             "query": vectors[i], "k": args.k, "cap": cap, "model": model,
-                                            "directed": directed, "last_hop": last_hop}).fetchall()
+                                            "directed": directed, "last_hop": last_hop,
+                                            "frontier": frontier}).fetchall()
 
         for _, *setting in settings:                            # warm caches and the plpgsql plan
             run(0, *setting)
@@ -229,20 +242,25 @@ def main() -> None:
                   for rows, want_sets in zip(got, truth) for a, want in want_sets.items() if want]
         return round(float(np.mean(values)), 4) if values else None
 
-    for label, cap, directed, last_hop, walk in settings:
+    for label, cap, directed, last_hop, walk, frontier in settings:
         t = np.array(times[label])
-        entry = {"per_hop_cap": cap, "directed": directed, "last_hop": last_hop,
+        cut = sum(any(r[7] is not None and frontier is not None and r[7] > frontier for r in rows)
+                  for rows in results[label])
+        entry = {"per_hop_cap": cap, "directed": directed, "last_hop": last_hop, "max_frontier": frontier,
+                 "calls_cut_by_frontier": cut,
                  "index_min_rows": walk and walk[0], "index_overfetch": walk and walk[1],
                  "p50_ms": round(float(np.percentile(t, 50)), 2), "p95_ms": round(float(np.percentile(t, 95)), 2),
                  "max_ms": round(float(t.max()), 2), "rows_mean": round(float(np.mean([len(r) for r in results[label]])), 2)}
         if cap is not None:
             entry["recall_vs_exact"] = recall(results[label], exact)
         if last_hop == "index":
-            twin = next(lbl for lbl, c, d, h, _ in settings if c == cap and d == directed and h == "exact")
+            twin = next(lbl for lbl, c, d, h, _, f in settings if c == cap and d == directed and h == "exact"
+                        and f == frontier)
             entry["recall_vs_same_cap"] = recall(results[label], [top_sets(rows) for rows in results[twin]])
             entry["same_rows_as_same_cap"] = sum(a == b for a, b in zip(results[label], results[twin]))
         if directed:
-            twin = next(lbl for lbl, c, d, h, _ in settings if c == cap and not d and h == last_hop)
+            twin = next(lbl for lbl, c, d, h, _, f in settings if c == cap and not d and h == last_hop
+                        and f == frontier)
             entry["same_sets_as_undirected"] = sum(top_sets(a) == top_sets(b)
                                                    for a, b in zip(results[label], results[twin]))
             entry["same_rows_as_undirected"] = sum(a == b for a, b in zip(results[label], results[twin]))
@@ -254,12 +272,13 @@ def main() -> None:
         return
     print(f"{args.skb}: {nodes:,} nodes, {edges:,} edges; {report['calls']} calls, {report['anchors_mean']} anchors "
           f"on average, hops {args.hops}, k {args.k}; query vectors: {source}")
-    print(f"  {'setting':<33} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'rows':>7} {'recall@k':>9} {'vs cap':>7}")
+    print(f"  {'setting':<33} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'rows':>7} {'recall@k':>9} {'vs cap':>7} "
+          f"{'cut':>5}")
     for label, entry in report["settings"].items():
         value, same_cap = entry.get("recall_vs_exact"), entry.get("recall_vs_same_cap")
         print(f"  {label:<33} {entry['p50_ms']:8.2f} {entry['p95_ms']:8.2f} {entry['max_ms']:8.2f} "
               f"{entry['rows_mean']:7.1f} {'' if value is None else f'{value:.4f}':>9} "
-              f"{'' if same_cap is None else f'{same_cap:.4f}':>7}")
+              f"{'' if same_cap is None else f'{same_cap:.4f}':>7} {entry['calls_cut_by_frontier']:>5}")
         if entry["last_hop"] == "index":
             print(f"    same rows as the exact last hop at cap {entry['per_hop_cap']} in "
                   f"{entry['same_rows_as_same_cap']} of {report['calls']} calls")

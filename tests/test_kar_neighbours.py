@@ -21,12 +21,15 @@ TOY_MODEL = "toy-4d"
 TOY_VECTORS = [(1, 0, 0, 0), (0.5, 0.5, 0, 0), (0, 1, 0, 0), (0.5, 0, 0.5, 0), (0, 0, 0, 1), (-1, 0, 0, 0)]
 
 
-def run_sql(conn, skb: str, anchors, hops: int, query, k, cap, model: str, directed: bool = False) -> list[tuple]:
-    rows = conn.execute("select anchor, hop, relations, path, neighbour, similarity, rank "
-                        "from stark.kar_neighbours(%s, %s::bigint[], %s, %s::vector, %s, %s, %s, %s)",
+def run_sql(conn, skb: str, anchors, hops: int, query, k, cap, model: str, directed: bool = False,
+            max_frontier: int | None = None, frontier: bool = False) -> list[tuple]:
+    """stark.kar_neighbours' rows; no bound on a hop's frontier unless given (the reference has none)."""
+    rows = conn.execute("select anchor, hop, relations, path, neighbour, similarity, rank, frontier "
+                        "from stark.kar_neighbours(%s, %s::bigint[], %s, %s::vector, %s, %s, %s, %s, "
+                        "max_frontier => %s)",
                         (skb, list(anchors), hops, None if query is None else str(list(map(float, query))), k, cap,
-                         model, directed)).fetchall()
-    return [tuple(r) for r in rows]
+                         model, directed, max_frontier)).fetchall()
+    return [tuple(r) if frontier else tuple(r)[:7] for r in rows]
 
 
 def assert_same(got: list[tuple], want: list[tuple]) -> None:
@@ -219,6 +222,44 @@ def test_cap_keeps_the_most_similar_and_breaks_ties_by_node_id(conn, tmp_path):
     assert [r[4] for r in rows if r[1] == 2] == [11]         # 10 hangs off 9, which the cap dropped
     uncapped = run_sql(conn, "star", [1], 2, [1, 0, 0, 0], 1, None, TOY_MODEL)
     assert [(r[4], r[3]) for r in uncapped] == [(10, [9, 10])]
+
+
+def test_the_frontier_bound_scores_the_most_linked_and_says_when_it_cut(conn, tmp_path):
+    """A star of 8 around anchor 1, hop 2 behind it: `frontier` is the most new nodes a hop reached (8,
+    before the bound); max_frontier 3 scores the three new nodes with the most edges from the kept ones
+    (then the smallest ids), and the rows say it reached more; a bound at the frontier changes nothing."""
+    from loaders.bundle import BundleSource
+    from stark_pg.skb.store import load_skb
+
+    d = tmp_path / "fan"
+    d.mkdir()
+    (d / "nodes.jsonl").write_text("".join(json.dumps({"id": i, "type": "t", "name": f"n{i}", "fields": {}}) + "\n"
+                                           for i in range(1, 13)))
+    # 1 -> 2..9; 6 and 8 also reach 10, 9 reaches 10, 11 and 12 (hop 2: 10 via three kept nodes)
+    (d / "edges.tsv").write_text("src\trelation\tdst\n" + "".join(f"1\tr\t{i}\n" for i in range(2, 10))
+                                 + "6\tr\t10\n8\tr\t10\n9\tr\t10\n9\tr\t11\n9\tr\t12\n")
+    (d / "queries.csv").write_text("id,query,answer_ids,split\n1,q,[1],train\n")
+    skb_id = load_skb(conn, BundleSource(d)).skb_id
+    toy_vectors(conn, skb_id, 0, random.Random(0))
+    table = conn.execute("select doc_table from stark.embedding_model where name = %s", (TOY_MODEL,)).fetchone()[0]
+    for node in range(2, 13):
+        conn.execute(f"insert into stark.{table} (skb_id, node_id, doc_hash, vec) values (%s, %s, 'toy', %s)",
+                     (skb_id, node, "[1,0,0,0]" if node == 12 else "[0.5,0.5,0,0]"))
+    exact = run_sql(conn, "fan", [1], 2, [1, 0, 0, 0], None, None, TOY_MODEL, frontier=True)
+    assert {r[7] for r in exact} == {8} and {r[4] for r in exact} == set(range(2, 13))
+    assert run_sql(conn, "fan", [1], 2, [1, 0, 0, 0], None, None, TOY_MODEL, max_frontier=8, frontier=True) == exact
+    bounded = run_sql(conn, "fan", [1], 2, [1, 0, 0, 0], None, None, TOY_MODEL, max_frontier=3, frontier=True)
+    assert {r[7] for r in bounded} == {8}                   # reached 8 at hop 1: more than the bound
+    assert sorted(r[4] for r in bounded if r[1] == 1) == [2, 3, 4]      # each linked once: the smallest ids
+    assert [r[4] for r in bounded if r[1] == 2] == []       # hop 2 from the kept 2, 3, 4 reaches nothing new
+    deep = run_sql(conn, "fan", [6, 8, 9], 1, [1, 0, 0, 0], None, None, TOY_MODEL, max_frontier=1, frontier=True)
+    assert {r[0]: r[4] for r in deep} == {6: 1, 8: 1, 9: 1}        # one link each: the smallest id, 1
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="max_frontier must be positive"):
+        run_sql(conn, "fan", [1], 2, [1, 0, 0, 0], None, None, TOY_MODEL, max_frontier=0)
+    from stark_pg.retrieve.expand import kar
+
+    lines = kar.explain([], [], "", kar.Options(max_frontier=3), {1: 8})["3-4. neighbours"]
+    assert any("reached 8 new nodes; the 3 most linked were scored" in line for line in lines)
 
 
 def test_bad_arguments_are_named(conn):

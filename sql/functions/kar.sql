@@ -12,6 +12,12 @@
 --     or for a node without a vector);
 --   * per anchor, only the `per_hop_cap` best of the hop (similarity descending, NULLs last, then node
 --     id) are kept and expanded further, so a hub cannot explode the next hop. NULL: no cap.
+--   * the tail's bound: per anchor, at most `max_frontier` of a hop's new nodes are scored, those with
+--     the most edges from the anchor's kept nodes of the previous hop first (then node id); a hub among
+--     the kept nodes otherwise puts tens of thousands of nodes in the next hop, each a vector look-up.
+--     Each row's `frontier` is the most new nodes one hop of its anchor reached, before that bound: above
+--     `max_frontier`, the anchor's neighbours were chosen among part of its frontier (the trace says so).
+--     NULL: no bound (the exact answer, with no per_hop_cap either).
 -- Finally DRF keeps, per anchor, the `k` best neighbours over all hops (similarity descending, NULLs
 -- last, then hop, then node id); NULL k keeps them all.
 --
@@ -43,7 +49,7 @@ language plpgsql stable as $$
 declare
     body text := format('anchors as (select distinct a as anchor from unnest($1::bigint[]) a where a is not null), '
                         'k0 as (select anchor, anchor as node, 0 as hop, array[]::text[] as relations, '
-                        'array[]::bigint[] as path, null::double precision as similarity from anchors)');
+                        'array[]::bigint[] as path, null::double precision as similarity, 0::bigint as reached from anchors)');
     edges text;
     seen text := 'select anchor, node from k0';
     score text;
@@ -141,14 +147,17 @@ begin
             body := body || format(
                 ', b%1$s as materialized (select a.anchor from anchors a where %7$s = 0 or (select count(*) from '
                 '  (select 1 from k%2$s f cross join lateral %3$s e where f.anchor = a.anchor limit %7$s) n) >= %7$s), '
-                'c%1$s as (select f.anchor, e.dst as node, min(f.node) as pred '
+                'c%1$s as (select f.anchor, e.dst as node, min(f.node) as pred, count(*) as links '
                 '  from k%2$s f cross join lateral %3$s e '
                 '  where not exists (select 1 from b%1$s b where b.anchor = f.anchor) group by f.anchor, e.dst), '
-                's%1$s as (select c.anchor, c.node, c.pred from c%1$s c '
+                's%1$s as (select c.anchor, c.node, c.pred, c.links from c%1$s c '
                 '  where not exists (select 1 from (%4$s) v where v.anchor = c.anchor and v.node = c.node)), '
-                'r%1$s as (select s.*, %5$s as similarity from (select * from s%1$s order by node) s), '
+                'r%1$s as (select s.anchor, s.node, s.pred, s.reached, %5$s as similarity from (select * from '
+                '  (select s.*, count(*) over (partition by s.anchor) as reached, row_number() over '
+                '   (partition by s.anchor order by s.links desc, s.node) as o from s%1$s s) s '
+                '  where $5::int is null or s.o <= $5 order by s.node) s), '
                 'x%1$s as (select c.anchor, c.node, %1$s as hop, p.relations || %6$s as relations, '
-                '  p.path || c.node as path, c.similarity from '
+                '  p.path || c.node as path, c.similarity, c.reached from '
                 '  (select r.*, row_number() over (partition by r.anchor order by r.similarity desc nulls last, r.node) as i '
                 '   from r%1$s r) c join k%2$s p on p.anchor = c.anchor and p.node = c.pred '
                 '  where $4::int is null or c.i <= $4), '
@@ -161,7 +170,7 @@ begin
                 '   order by %12$s limit least($3::bigint * %13$s, coalesce($4, $3::bigint * %13$s))) w), '
                 'k%1$s as (select * from x%1$s union all '
                 '  select c.anchor, c.node, %1$s as hop, p.relations || %6$s as relations, p.path || c.node as path, '
-                '  c.similarity from i%1$s c join k%2$s p on p.anchor = c.anchor and p.node = c.pred)',
+                '  c.similarity, 0::bigint from i%1$s c join k%2$s p on p.anchor = c.anchor and p.node = c.pred)',
                 h, h - 1, edges, seen, score, relation, min_rows, vectors, skb,
                 replace(incoming, 'o.node', 'd.node_id'),
                 case when earlier is null then '' else format(
@@ -170,13 +179,16 @@ begin
                 replace(stark.vector_distance('d', ix.storage, ix.dim), '$1', '$2'), overfetch);
         else
             body := body || format(
-                ', c%1$s as (select f.anchor, e.dst as node, min(f.node) as pred '
+                ', c%1$s as (select f.anchor, e.dst as node, min(f.node) as pred, count(*) as links '
                 '  from k%2$s f cross join lateral %3$s e group by f.anchor, e.dst), '
-                's%1$s as (select c.anchor, c.node, c.pred from c%1$s c '
+                's%1$s as (select c.anchor, c.node, c.pred, c.links from c%1$s c '
                 '  where not exists (select 1 from (%4$s) v where v.anchor = c.anchor and v.node = c.node)), '
-                'r%1$s as (select s.*, %5$s as similarity from (select * from s%1$s order by node) s), '
+                'r%1$s as (select s.anchor, s.node, s.pred, s.reached, %5$s as similarity from (select * from '
+                '  (select s.*, count(*) over (partition by s.anchor) as reached, row_number() over '
+                '   (partition by s.anchor order by s.links desc, s.node) as o from s%1$s s) s '
+                '  where $5::int is null or s.o <= $5 order by s.node) s), '
                 'k%1$s as materialized (select c.anchor, c.node, %1$s as hop, p.relations || %6$s as relations, '
-                '  p.path || c.node as path, c.similarity from '
+                '  p.path || c.node as path, c.similarity, c.reached from '
                 '  (select r.*, row_number() over (partition by r.anchor order by r.similarity desc nulls last, r.node) as i '
                 '   from r%1$s r) c join k%2$s p on p.anchor = c.anchor and p.node = c.pred '
                 '  where $4::int is null or c.i <= $4)',
@@ -189,22 +201,25 @@ begin
     end loop;
     return 'with ' || body || ', found as (' ||
            (select string_agg(format('select * from k%s', h), ' union all ') from generate_series(1, hops) h) ||
-           ') select anchor, hop, relations, path, node, similarity, rank::int from '
+           ') select anchor, hop, relations, path, node, similarity, rank::int, frontier::int from '
            '(select found.*, row_number() over (partition by anchor order by similarity desc nulls last, hop, node) '
-           'as rank from found) ranked where $3::int is null or rank <= $3 order by anchor, rank';
+           'as rank, max(found.reached) over (partition by anchor) as frontier from found) ranked '
+           'where $3::int is null or rank <= $3 order by anchor, rank';
 end
 $$;
 comment on function stark.kar_neighbours_sql(int, text, int, boolean, text) is
     'Internal: the one statement stark.kar_neighbours runs (skb id, vector table or NULL, hops, directed, last_hop).';
 
+drop function if exists stark.kar_neighbours(text, bigint[], int, vector, int, int, text, boolean, text);
 create or replace function stark.kar_neighbours(skb_name text, node_ids bigint[], hops int default 2,
                                                 query vector default null, k int default 10,
                                                 per_hop_cap int default 100,
                                                 model text default 'all-MiniLM-L6-v2',
                                                 directed boolean default false,
-                                                last_hop text default 'exact')
+                                                last_hop text default 'exact',
+                                                max_frontier int default 2000)
 returns table (anchor bigint, hop int, relations text[], path bigint[], neighbour bigint,
-               similarity double precision, rank int)
+               similarity double precision, rank int, frontier int)
 language plpgsql stable as $$
 declare
     skb int := stark.skb_id(skb_name);
@@ -225,6 +240,10 @@ begin
     if per_hop_cap is not null and per_hop_cap < 1 then
         raise exception 'kar_neighbours per_hop_cap must be positive (or NULL for no cap), not %', per_hop_cap;
     end if;
+    if max_frontier is not null and max_frontier < 1 then
+        raise exception 'kar_neighbours max_frontier must be positive (or NULL for no bound), not %', max_frontier
+            using errcode = 'invalid_parameter_value';
+    end if;
     if last_hop is null or last_hop not in ('exact', 'index') then
         raise exception 'kar_neighbours last_hop must be exact or index, not %', coalesce(quote_literal(last_hop), 'NULL')
             using errcode = 'invalid_parameter_value';
@@ -236,7 +255,7 @@ begin
     walk := last_hop = 'index' and vectors is not null and k is not null;
     if not walk then
         return query execute stark.kar_neighbours_sql(skb, vectors, hops, coalesce(directed, false))
-            using node_ids, query, k, per_hop_cap;
+            using node_ids, query, k, per_hop_cap, max_frontier;
         return;
     end if;
     -- iterative index scans (relaxed order: the rows are re-sorted), hnsw.ef_search as for VSS (at
@@ -245,12 +264,12 @@ begin
     saved_tuples := current_setting('hnsw.max_scan_tuples', true);
     perform set_config('hnsw.max_scan_tuples', '20000', true);
     return query execute stark.kar_neighbours_sql(skb, vectors, hops, coalesce(directed, false), 'index')
-        using node_ids, query, k, per_hop_cap;
+        using node_ids, query, k, per_hop_cap, max_frontier;
     perform stark.vector_search_restore(saved);
     if saved_tuples is not null then
         perform set_config('hnsw.max_scan_tuples', saved_tuples, true);
     end if;
 end
 $$;
-comment on function stark.kar_neighbours(text, bigint[], int, vector, int, int, text, boolean, text) is
+comment on function stark.kar_neighbours(text, bigint[], int, vector, int, int, text, boolean, text, int) is
     'KAR relation propagation + DRF: per anchor node, the k neighbours within `hops` most similar to `query`, with their relation paths (last_hop exact, or index: approximate, through the HNSW index).';

@@ -19,11 +19,12 @@ select n.node_id, n.name, n.type, stark.render_document(n.skb_id, n.node_id, fal
 from stark.node n
 where n.skb_id = stark.skb_id(:skb) and n.node_id = any(:node_ids);
 
--- name: kar_neighbours(skb, node_ids, hops, embedding, k, per_hop_cap, model, directed, last_hop)
--- KAR steps 3-4: per anchor, the k neighbours within `hops` most similar to the query.
-select anchor, hop, relations, path, neighbour, similarity, rank
+-- name: kar_neighbours(skb, node_ids, hops, embedding, k, per_hop_cap, model, directed, last_hop, max_frontier)
+-- KAR steps 3-4: per anchor, the k neighbours within `hops` most similar to the query (frontier: the most
+-- new nodes a hop of the anchor reached, before max_frontier).
+select anchor, hop, relations, path, neighbour, similarity, rank, frontier
 from stark.kar_neighbours(:skb, cast(:node_ids as bigint[]), :hops, :embedding, :k, :per_hop_cap, :model,
-                          :directed, :last_hop);
+                          :directed, :last_hop, :max_frontier);
 
 -- name: kar_neighbours_sql(skb, hops, model, with_query, directed, last_hop)$
 -- The statement stark.kar_neighbours runs, for traces (without a query its last hop is the exact one).

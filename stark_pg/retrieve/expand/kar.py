@@ -115,6 +115,7 @@ class Options(LLMOptions, RetrieverOptions):
     hops: int = 2                 # relation propagation depth
     top_k: int = 10               # neighbours kept per entity node by DRF
     per_hop_cap: int = 100        # nodes kept per entity node and hop (by similarity), so hubs cannot explode
+    max_frontier: int = 2000      # a hop's new nodes scored per entity node (most linked first); the tail's bound
     n: int = 3                    # expansions the LLM writes
     words: int = 60               # length asked of each expansion
     doc_chars: int = 140          # characters of each document in a triple
@@ -130,7 +131,7 @@ class Options(LLMOptions, RetrieverOptions):
 
     def check(self) -> None:
         super().check()
-        for name in ("hops", "top_k", "per_hop_cap", "n", "doc_chars", "budget", "match_pool"):
+        for name in ("hops", "top_k", "per_hop_cap", "max_frontier", "n", "doc_chars", "budget", "match_pool"):
             if getattr(self, name) <= 0:
                 raise OptionError(f"kar {name} must be positive, not {getattr(self, name)}")
         if self.hops > 6:
@@ -162,7 +163,10 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
         # 3-4. relation propagation + DRF
         rows = []
         if o.kg and anchor_ids:
-            rows = neighbours(conn, skb, anchor_ids, vector if o.drf else None, o, model)
+            rows, frontier = neighbours(conn, skb, anchor_ids, vector if o.drf else None, o, model)
+            cut = {a: n for a, n in frontier.items() if n > o.max_frontier}
+            if cut:
+                ctx.trace["frontier_cut"] = {"max_frontier": o.max_frontier, "reached": cut}
             if not o.drf:
                 rows = rank_by_names(conn, skb, query, rows, o.top_k, model)
             ctx.trace["sql"] = sql().kar_neighbours_sql(conn, skb=skb, hops=o.hops, model=model, with_query=o.drf,
@@ -172,7 +176,7 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
         # 5. document triples
         knowledge, sent = triples(conn, skb, anchor_ids, rows, o)
         ctx.trace["triples"] = {"sent": sent, "of": len(rows) + len(anchor_ids), "chars": len(knowledge)}
-        ctx.explain.update(explain(anchors, rows, knowledge, o))
+        ctx.explain.update(explain(anchors, rows, knowledge, o, ctx.trace.get("frontier_cut", {}).get("reached")))
         ctx.explain["   SQL"] = ctx.trace.get("sql", "(no relation propagation)")
         # 6. expansion
         expansions = ask_texts(ctx.client, EXPANSION.format(structure=structure.text(), query=query,
@@ -254,12 +258,17 @@ def _named(conn, skb: str, anchors: list[dict]) -> list[dict]:
 
 def neighbours(conn: psycopg.Connection, skb: str, anchor_ids: list[int], vector: np.ndarray | None, o: Options,
                model: str) -> list[tuple]:
-    """Rows (anchor, hop, relations, path, neighbour, similarity, rank) of stark.kar_neighbours; without
+    """Rows (anchor, hop, relations, path, neighbour, similarity, rank) of stark.kar_neighbours, and per
+    anchor the most new nodes one of its hops reached (above max_frontier: not all were scored); without
     a vector (w/o DRF) every neighbour within the cap comes back, unranked."""
-    return [tuple(r) for r in sql().kar_neighbours(conn, skb=skb, node_ids=anchor_ids, hops=o.hops,
+    rows = [tuple(r) for r in sql().kar_neighbours(conn, skb=skb, node_ids=anchor_ids, hops=o.hops,
                                                    embedding=vector, k=o.top_k if vector is not None else None,
                                                    per_hop_cap=o.per_hop_cap, model=model, directed=o.directed,
-                                                   last_hop=o.last_hop)]
+                                                   last_hop=o.last_hop, max_frontier=o.max_frontier)]
+    frontier: dict[int, int] = {}
+    for r in rows:
+        frontier[r[0]] = max(frontier.get(r[0], 0), int(r[7] or 0))
+    return [r[:7] for r in rows], frontier
 
 
 def rank_by_names(conn: psycopg.Connection, skb: str, query: str, rows: list[tuple], top_k: int,
@@ -309,7 +318,7 @@ def triples(conn: psycopg.Connection, skb: str, anchor_ids: list[int], rows: lis
     return "\n".join(kept), len(kept)
 
 
-def explain(anchors: list[dict], rows: list[tuple], knowledge: str, o: Options) -> dict:
+def explain(anchors: list[dict], rows: list[tuple], knowledge: str, o: Options, cut: dict | None = None) -> dict:
     entity_lines = []
     for a in anchors:
         label = "the query itself" if a["pseudo"] else f"{a['entity']!r}" + (f" ({a['type']})" if a["type"] else "")
@@ -324,6 +333,8 @@ def explain(anchors: list[dict], rows: list[tuple], knowledge: str, o: Options) 
     else:
         how = "document similarity (DRF)" if o.drf else "name similarity (w/o DRF)"
         lines = [f"{o.hops} hops, at most {o.per_hop_cap} nodes per hop and entity, top {o.top_k} by {how}"]
+        for a, n in (cut or {}).items():
+            lines.append(f"{a}: a hop reached {n} new nodes; the {o.max_frontier} most linked were scored (max_frontier)")
         for a, h, rel, p, n, s, i in rows:
             lines.append(f"{a} -> {' -> '.join(rel)} -> {n} (hop {h}, "
                          + (f"similarity {s:.3f}" if s is not None else "no similarity") + f", rank {i})")
