@@ -57,7 +57,7 @@ DEFAULT_CAP = 100            # stark.kar_neighbours' per_hop_cap default
 STATEMENT = ("select * from stark.kar_neighbours(%(skb)s, %(anchors)s::bigint[], hops => %(hops)s, query => %(query)s, "
              "k => %(k)s, per_hop_cap => %(cap)s, model => %(model)s, directed => %(directed)s, "
              "last_hop => %(last_hop)s, max_frontier => %(frontier)s)")
-DEFAULT_FRONTIER = 2000      # stark.kar_neighbours' max_frontier default
+DEFAULT_FRONTIER = 10000     # stark.kar_neighbours' max_frontier default
 
 
 def fill_random_document_vectors(conn, skb_id: int, dim: int) -> str:

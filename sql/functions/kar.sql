@@ -217,7 +217,7 @@ create or replace function stark.kar_neighbours(skb_name text, node_ids bigint[]
                                                 model text default 'all-MiniLM-L6-v2',
                                                 directed boolean default false,
                                                 last_hop text default 'exact',
-                                                max_frontier int default 2000)
+                                                max_frontier int default 10000)
 returns table (anchor bigint, hop int, relations text[], path bigint[], neighbour bigint,
                similarity double precision, rank int, frontier int)
 language plpgsql stable as $$

@@ -115,7 +115,7 @@ class Options(LLMOptions, RetrieverOptions):
     hops: int = 2                 # relation propagation depth
     top_k: int = 10               # neighbours kept per entity node by DRF
     per_hop_cap: int = 100        # nodes kept per entity node and hop (by similarity), so hubs cannot explode
-    max_frontier: int = 2000      # a hop's new nodes scored per entity node (most linked first); the tail's bound
+    max_frontier: int = 10000     # a hop's new nodes scored per entity node (most linked first); the tail's bound
     n: int = 3                    # expansions the LLM writes
     words: int = 60               # length asked of each expansion
     doc_chars: int = 140          # characters of each document in a triple
