@@ -257,7 +257,7 @@ def _named(conn, skb: str, anchors: list[dict]) -> list[dict]:
 
 
 def neighbours(conn: psycopg.Connection, skb: str, anchor_ids: list[int], vector: np.ndarray | None, o: Options,
-               model: str) -> list[tuple]:
+               model: str) -> tuple[list[tuple], dict[int, int]]:
     """Rows (anchor, hop, relations, path, neighbour, similarity, rank) of stark.kar_neighbours, and per
     anchor the most new nodes one of its hops reached (above max_frontier: not all were scored); without
     a vector (w/o DRF) every neighbour within the cap comes back, unranked."""
