@@ -94,48 +94,71 @@ def percentiles(values: list[float]) -> dict:
 
 
 def compare_engines(conn, skb: str, name: str, split: str, questions: int, warmup: int, engines: list[str]) -> dict:
-    """The ranking statement (the query's embedding left out) with each engine, in turns per question."""
-    skb_id = require_skb(conn, skb)
-    model = load(conn, skb_id, skb, name)
-    bodies = [q.body for q in from_split(conn, skb_id, split).queries][: questions + warmup]
-    times: dict[str, list[float]] = {e: [] for e in engines}
-    differ = 0
-    for i, body in enumerate(bodies):
-        vector = encode_query(body, model.embed_model)
-        ranked = {}
-        for engine in (engines if i % 2 == 0 else engines[::-1]):
-            params = rank_params(skb, body, vector, model, 10, engine=engine)
-            started = time.perf_counter()
-            with generic_plan(conn):
-                ranked[engine] = conn.execute(template("rank", model), params).fetchall()
-            if i >= warmup:
-                times[engine].append((time.perf_counter() - started) * 1000)
-        differ += i >= warmup and any(r != ranked[engines[0]] for r in ranked.values())
-    return {"skb": skb, "model": name, "split": split, "questions": len(bodies) - warmup,
-            "ranking statement ms": {e: percentiles(v) for e, v in times.items()}, "rankings that differ": differ}
-
-
-def training_features(conn, skb: str, name: str, count: int) -> dict:
-    """One training question's features as training computes them, before and now, in turns."""
+    """The ranking statement (the query's embedding left out) with each engine, in turns per question;
+    without a trained model, the features alone as search computes them (its pairs passed: the SKB's)."""
+    from stark_pg.embed import canonical_name
     from stark_pg.models.fusion import feature_pairs
     from stark_pg.resources import queries as sql
 
     skb_id = require_skb(conn, skb)
-    model = load(conn, skb_id, skb, name)
-    s = model.settings
-    settings = FusionSettings(pool=s["pool"], knn=s["knn"], link=s["link"], splits=s.get("splits") or ["train"])
-    names = list(sql().fusion_feature_names(conn, skb=skb, model=model.embed_model, trained_dense=False))
+    trained = sql().fusion_model_version(conn, skb_id=skb_id, name=name) is not None
+    model = load(conn, skb_id, skb, name) if trained else None
+    embed_model = model.embed_model if model else canonical_name(None)
+    fields, scorers = feature_pairs(list(sql().fusion_feature_names(conn, skb=skb, model=embed_model,
+                                                                    trained_dense=False)))
+    bodies = [q.body for q in from_split(conn, skb_id, split).queries][: questions + warmup]
+    times: dict[str, list[float]] = {e: [] for e in engines}
+    differ = 0
+    for i, body in enumerate(bodies):
+        vector = encode_query(body, embed_model)
+        ranked = {}
+        for engine in (engines if i % 2 == 0 else engines[::-1]):
+            started = time.perf_counter()
+            if model is None:
+                ranked[engine] = conn.execute(
+                    "select node_id, f from stark.fusion_features(%s, %s, %s, %s, pair_fields => %s, "
+                    "pair_scorers => %s, engine => %s) order by node_id",
+                    (skb, body, vector, embed_model, fields, scorers, engine)).fetchall()
+            else:
+                params = rank_params(skb, body, vector, model, 10, engine=engine)
+                with generic_plan(conn):
+                    ranked[engine] = conn.execute(template("rank", model), params).fetchall()
+            if i >= warmup:
+                times[engine].append((time.perf_counter() - started) * 1000)
+        differ += i >= warmup and any(r != ranked[engines[0]] for r in ranked.values())
+    what = "ranking statement" if model else "features (no model: default settings)"
+    return {"skb": skb, "model": name if model else None, "split": split, "questions": len(bodies) - warmup,
+            f"{what} ms": {e: percentiles(v) for e, v in times.items()}, "results that differ": differ}
+
+
+def training_features(conn, skb: str, name: str, count: int) -> dict:
+    """One training question's features as training computes them, before and now, in turns (with the
+    model's settings, or training's defaults when there is no model yet)."""
+    from stark_pg.models.fusion import feature_pairs
+    from stark_pg.resources import queries as sql
+
+    from stark_pg.embed import canonical_name
+
+    skb_id = require_skb(conn, skb)
+    if sql().fusion_model_version(conn, skb_id=skb_id, name=name) is not None:
+        model = load(conn, skb_id, skb, name)
+        s = model.settings
+        settings = FusionSettings(pool=s["pool"], knn=s["knn"], link=s["link"], splits=s.get("splits") or ["train"])
+        embed_model = model.embed_model
+    else:                             # no model yet: training's default settings
+        settings, embed_model = FusionSettings(), canonical_name(None)
+    names = list(sql().fusion_feature_names(conn, skb=skb, model=embed_model, trained_dense=False))
     pairs = feature_pairs(names)
     ways = {"before: fusion_pairs per call, engine sql": {"pairs": None, "engine": "sql"},
             "now: pairs passed, engine auto": {"pairs": pairs, "engine": "auto"}}
     times: dict[str, list[float]] = {w: [] for w in ways}
     differ = 0
     for i, q in enumerate(from_split(conn, skb_id, "train").queries[:count]):
-        vector = encode_query(q.body, model.embed_model)
+        vector = encode_query(q.body, embed_model)
         got = {}
         for way in (list(ways) if i % 2 == 0 else list(ways)[::-1]):
             started = time.perf_counter()
-            got[way] = query_features(conn, skb, q.body, vector, settings, model.embed_model, **ways[way])
+            got[way] = query_features(conn, skb, q.body, vector, settings, embed_model, **ways[way])
             times[way].append((time.perf_counter() - started) * 1000)
         a, b = got.values()
         differ += not (a[0] == b[0] and np.array_equal(a[1], b[1]))
