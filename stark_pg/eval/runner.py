@@ -11,6 +11,11 @@ waits seconds on a served model needs. Results are still stored one by one in th
 on the caller's connection, so the stored rows (and where a resumed run starts) are those of a
 sequential run; a query's latency is still its own search's wall time.
 
+A query's latency is what its method would take alone: its search's wall time plus the cold cost of
+any query embedding the search found cached (another method of the same process embedded the same
+text first; `stark_pg.embed.query_embeddings`). So every method pays for its own query embedding, as
+it would for a user who runs it alone, and methods compare alike whatever order they ran in.
+
 The methods themselves come from whoever calls: a `Resolve` (the CLI and the Python API hand over
 stark_pg.retrieve.get_method) turns a method's name into its module (`Options`, `search`). Evaluation
 thus sits beside retrieval, not on top of it, and a test or a benchmark can evaluate a method that is
@@ -33,6 +38,7 @@ import numpy as np
 import psycopg
 
 from stark_pg.db.connection import connect_like, one_snapshot
+from stark_pg.embed import query_embeddings
 from stark_pg.eval import metrics
 from stark_pg.eval.query_sets import QuerySet
 from stark_pg.llm import concurrency
@@ -125,16 +131,17 @@ def _search(pool: queue.SimpleQueue, module: ModuleType, skb_name: str, query, d
     conn = pool.get()
     try:
         started = time.perf_counter()
-        try:
-            with cache_in(conn):      # an embedding API's vectors are cached in this database
-                with one_snapshot(conn):     # one version of the SKB, even across a replace
-                    ranking, error = module.search(conn, skb_name, query.body, depth, options), None
-        except Exception as exc:  # a failing query is recorded, not fatal
-            conn.rollback()
-            if needs_setup(exc):      # ...unless every query would fail alike
-                raise
-            ranking, error = Ranking([], {}), f"{type(exc).__name__}: {exc}"
-        return query, ranking, error, (time.perf_counter() - started) * 1000
+        with query_embeddings() as spent:
+            try:
+                with cache_in(conn):      # an embedding API's vectors are cached in this database
+                    with one_snapshot(conn):     # one version of the SKB, even across a replace
+                        ranking, error = module.search(conn, skb_name, query.body, depth, options), None
+            except Exception as exc:  # a failing query is recorded, not fatal
+                conn.rollback()
+                if needs_setup(exc):      # ...unless every query would fail alike
+                    raise
+                ranking, error = Ranking([], {}), f"{type(exc).__name__}: {exc}"
+        return query, ranking, error, (time.perf_counter() - started) * 1000 + spent.cached_ms
     finally:
         pool.put(conn)
 

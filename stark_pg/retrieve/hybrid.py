@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from stark_pg.embed import canonical_name, encode_query
+from stark_pg.embed import canonical_name, query_embeddings, skb_query_vector
 from stark_pg.options import MethodOptions, OptionError
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Hit, Ranking
@@ -41,8 +41,8 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
     options = options or Options()
     require_skb(conn, skb)
     model = canonical_name(options.model)
-    started = time.perf_counter()
-    vector = encode_query(query, model)
+    with query_embeddings() as spent:
+        vector = skb_query_vector(conn, skb, query, model)
     embedded = time.perf_counter()
     with ef_search_set(conn, options.ef_search):
         rows = list(sql().hybrid_top(conn, skb=skb, query=query, embedding=vector, k=k, fusion=options.fusion,
@@ -51,5 +51,5 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
     return Ranking(hits, {"method": "hybrid", "sql": "stark.hybrid(skb, query, embedding, k, fusion, weight, pool, "
                                                       "rrf_k, model)",
                           "fusion": options.fusion, "weight": options.weight, "pool": options.pool, "model": model,
-                          "embed_ms": round((embedded - started) * 1000, 3),
+                          **spent.trace(),
                           "sql_ms": round((time.perf_counter() - embedded) * 1000, 3)})

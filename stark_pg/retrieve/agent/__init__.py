@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import psycopg
 
-from stark_pg.embed import canonical_name, encode_query
+from stark_pg.embed import canonical_name, skb_query_vector
 from stark_pg.llm import client_from_options
 from stark_pg.options import LLMOptions, OptionError
 from stark_pg.resources import queries as sql
@@ -106,7 +106,7 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
     skb_id = require_skb(conn, skb)
     run_id, programs = trained_programs(conn, skb, skb_id, o.run)
     model = canonical_name(o.model)
-    vector = encode_query(query, model)
+    vector = skb_query_vector(conn, skb, query, model)
     voted = voted_type(conn, skb, query, vector, model)
     category = category_of(voted, programs)
     trace: dict = {"method": "agent", "run": run_id, "voted_type": voted, "category": category}
