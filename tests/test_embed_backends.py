@@ -194,3 +194,11 @@ def test_the_index_command_with_a_backend_end_to_end(server_url, template_db):
         bad = cli("index", "c", "--backend", "torch", "--quantize", expect=None)
         assert bad.returncode != 0 and "--backend onnx or openvino" in bad.stderr + bad.stdout
         assert "Traceback" not in bad.stderr
+
+
+@pytest.mark.skipif(not backends.runtime_available("openvino"), reason="openvino is not installed (extra `openvino`)")
+def test_openvino_runs_the_same_export_with_torchs_vectors():
+    torch_vectors = embed.encode(TEXTS, encoder=Encoder("torch"))
+    openvino_vectors = embed.encode(TEXTS, encoder=Encoder("openvino"))
+    assert np.min(np.sum(torch_vectors * openvino_vectors, axis=1)) > 0.9999
+    assert np.min(np.sum(torch_vectors * embed.encode(TEXTS, encoder=Encoder("openvino", True)), axis=1)) > 0.98

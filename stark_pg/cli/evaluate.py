@@ -82,7 +82,9 @@ def evaluate(
                                 for o in outcomes}})
         _fail_when_nothing_ran(outcomes)
         return
-    table = Table(title=f"{name}, {chosen.label}, {len(chosen.queries)} queries", title_justify="left")
+    table = Table(title=f"{name}, {chosen.label}, {len(chosen.queries)} queries", title_justify="left",
+                  caption="p50/p95 ms: a question's search with the method alone, its query embedding included",
+                  caption_justify="left")
     table.add_column("method")
     table.add_column("run", justify="right")
     for m in SHOWN:

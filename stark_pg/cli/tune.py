@@ -69,7 +69,9 @@ def tune(
                     "best": result.best.settings, "eval_command": command})
         return
     table = Table(title=f"{name}, {method}, {chosen.label}, {len(chosen.queries)} queries"
-                        + (f" ({' '.join(fixed)})" if fixed else ""), title_justify="left")
+                        + (f" ({' '.join(fixed)})" if fixed else ""), title_justify="left",
+                  caption="p50 ms: a question's search with the setting alone, its query embedding included",
+                  caption_justify="left")
     keys = list(result.points[0].settings)
     for key in keys:
         table.add_column(key)

@@ -49,6 +49,11 @@ from stark_pg.ranking import Ranking
 from stark_pg.skb.records import LoadError, MissingIndex
 
 
+LATENCY_NOTE = ("what one question's search takes with the method alone: its query embedding is counted at "
+                "what computing it took, even where another method of the run had computed it first (the vector "
+                "is cached per process)")
+"""What a stored latency includes, as reports and tables say it."""
+
 Resolve = Callable[[str], ModuleType]
 """A method's name -> its module, which has `Options` (a dataclass) and `search(conn, skb, query, k, options)`."""
 
