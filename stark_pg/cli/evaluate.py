@@ -48,6 +48,8 @@ def evaluate(
     """Run every query through every method; store rankings, answer ranks, metrics, latency and traces.
 
     Results go to stark.eval_run / stark.eval_result. Re-running an interrupted evaluation continues it.
+    A latency (p50/p95 ms) is a question's search with the method alone: its query embedding counts even
+    when another method of the run embedded the question first.
     """
     from stark_pg.eval.report import write_report
     from stark_pg.eval.session import choose_queries, guess_dataset, method_options, run_methods
@@ -82,9 +84,7 @@ def evaluate(
                                 for o in outcomes}})
         _fail_when_nothing_ran(outcomes)
         return
-    table = Table(title=f"{name}, {chosen.label}, {len(chosen.queries)} queries", title_justify="left",
-                  caption="p50/p95 ms: a question's search with the method alone, its query embedding included",
-                  caption_justify="left")
+    table = Table(title=f"{name}, {chosen.label}, {len(chosen.queries)} queries", title_justify="left")
     table.add_column("method")
     table.add_column("run", justify="right")
     for m in SHOWN:

@@ -37,7 +37,8 @@ def tune(
 
     Each point is a stored evaluation run (resumable; `stark-pg compare` takes its run id). Example:
     a weighted hybrid whose BM25 share is chosen on train (`-g weight=0.2,0.5,0.8 -o fusion=weighted`),
-    then reported on val with the eval command it prints.
+    then reported on val with the eval command it prints. Each point's p50 ms counts its own query
+    embedding, as `eval`'s latencies do.
     """
     from stark_pg.eval.session import choose_queries
     from stark_pg.eval.tuning import tune as run_tuning
@@ -69,9 +70,7 @@ def tune(
                     "best": result.best.settings, "eval_command": command})
         return
     table = Table(title=f"{name}, {method}, {chosen.label}, {len(chosen.queries)} queries"
-                        + (f" ({' '.join(fixed)})" if fixed else ""), title_justify="left",
-                  caption="p50 ms: a question's search with the setting alone, its query embedding included",
-                  caption_justify="left")
+                        + (f" ({' '.join(fixed)})" if fixed else ""), title_justify="left")
     keys = list(result.points[0].settings)
     for key in keys:
         table.add_column(key)
