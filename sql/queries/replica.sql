@@ -22,9 +22,10 @@ alter system set max_replication_slots = 10;
 -- (wal_status 'lost', shown by `stark-pg db replica list`) instead of filling the disk.
 alter system set max_slot_wal_keep_size = '4GB';
 
--- name: drop_replication_slot(slot)
--- The slot of a removed standby (none: no row); an active one is refused by PostgreSQL.
-select pg_drop_replication_slot(slot_name) from pg_replication_slots where slot_name = :slot;
+-- name: drop_replication_slot(slot)$
+-- The slot of a removed standby: how many were dropped (0 or 1). PostgreSQL refuses an active one
+-- (object_in_use): the WAL sender of a standby just stopped may need a moment to exit.
+select count(pg_drop_replication_slot(slot_name)) from pg_replication_slots where slot_name = :slot;
 
 -- name: in_recovery()$
 select pg_is_in_recovery();
@@ -45,3 +46,8 @@ select coalesce(r.application_name, s.slot_name) as name,
 from pg_stat_replication r
 full join (select * from pg_replication_slots where slot_type = 'physical') s on s.active_pid = r.pid
 order by 1;
+
+-- name: caught_up(name)$
+-- Whether the standby `name` (its application name) has replayed everything the primary wrote so far.
+select coalesce(bool_and(replay_lsn >= pg_current_wal_lsn()), false)
+from pg_stat_replication where application_name = :name;

@@ -26,6 +26,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -221,7 +222,15 @@ def _forget(home: Path, slot: str, primary_uri: str) -> None:
     from stark_pg.resources import queries
 
     with psycopg.connect(primary_uri, autocommit=True) as conn:
-        queries().drop_replication_slot(conn, slot=slot)
+        for attempt in range(100):
+            try:
+                queries().drop_replication_slot(conn, slot=slot)
+                break
+            except psycopg.errors.ObjectInUse:      # its WAL sender is still exiting
+                if attempt == 99:
+                    raise ReplicaError(f"the replication slot {slot} is still in use: is its standby running "
+                                       "elsewhere? (stark-pg db replica list)") from None
+                time.sleep(0.1)
     shutil.rmtree(home, ignore_errors=True)
 
 
@@ -304,3 +313,18 @@ def routed_url(primary_uri: str, standbys: list[Replica]) -> str:
     hosts = [params.pop("host")] + [str(r.socket_dir) for r in standbys]
     ports = [str(params.pop("port", None) or 5432)] + [str(r.port) for r in standbys]
     return make_conninfo(**params, host=",".join(hosts), port=",".join(ports), load_balance_hosts="random")
+
+
+def wait_caught_up(replica: Replica, timeout: float = 60.0) -> None:
+    """Wait until the standby has replayed everything the primary had written when this was called
+    (a fresh load or index build is then visible on it)."""
+    import psycopg
+
+    from stark_pg.resources import queries
+
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(embedded.start().uri, autocommit=True) as conn:
+        while not queries().caught_up(conn, name=replica.name):
+            if time.monotonic() > deadline:
+                raise ReplicaError(f"the standby on port {replica.port} did not catch up within {timeout:.0f} s")
+            time.sleep(0.1)
