@@ -99,6 +99,23 @@ def test_list_and_status_show_each_standby_and_its_lag(pair):
     assert [s["name"] for s in status["standbys"]] == [pair.standby.name]
     text = cli(pair.home, "db", "status").stdout
     assert f"{pair.standby.name} streaming" in text and "bytes behind" in text
+    routed = json.loads(cli(pair.home, "--dsn", pair.routed, "db", "status", "--json").stdout)   # several hosts
+    assert routed["role"] == "primary" and routed["schema_revision"] == routed["head_revision"]
+    on_standby = json.loads(cli(pair.home, "--dsn", pair.standby.url, "db", "status", "--json").stdout)
+    assert on_standby["role"] == "standby" and on_standby["standbys"] == []
+
+
+def test_the_cli_searches_on_the_standby_and_stores_eval_runs_on_the_primary(pair):
+    from stark_pg.db.connection import several_hosts
+
+    assert several_hosts(cli(pair.home, "db", "url", "--standbys").stdout.strip())
+    found = json.loads(cli(pair.home, "--dsn", pair.routed, "search", SKB, "drug", "-m", "bm25", "--json").stdout)
+    assert found["trace"]["engine"] == "sql"                 # the standby's engine: it searched there
+    done = json.loads(cli(pair.home, "--dsn", pair.routed, "eval", SKB, "-m", "bm25", "--limit", "5",
+                          "-o", "k1=1.2", "--json").stdout)
+    run_id = done["methods"]["bm25"]["run_id"]
+    with psycopg.connect(pair.primary) as conn:
+        assert conn.execute("select count(*) from stark.eval_result where run_id = %s", (run_id,)).fetchone()[0] == 5
 
 
 def _searches(url: str, read: bool, method: str, settings: dict, queries) -> list:

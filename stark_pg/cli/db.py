@@ -26,7 +26,7 @@ def status(ctx: typer.Context, json_: bool = typer.Option(False, "--json", help=
     embedded server's come from one profile sized to the machine; STARK_PG_MEMORY_MB sets its budget for
     new clusters)."""
     from stark_pg.db import embedded
-    from stark_pg.db.connection import redact_dsn, resolve_dsn
+    from stark_pg.db.connection import primary_dsn, redact_dsn, resolve_dsn
     from stark_pg.db.extensions import extensions
     from stark_pg.db.functions import installed_checksum, shipped_checksum
     from stark_pg.db.migrate import current_revision, head_revision
@@ -50,7 +50,7 @@ def status(ctx: typer.Context, json_: bool = typer.Option(False, "--json", help=
         "pgdata": str(embedded.pgdata_dir()) if ctx_.dsn is None else None,
         "postgresql": server, "pgvector": vector,
         "extensions": {ext.name: ext.as_dict() for ext in found},
-        "schema_revision": current_revision(url), "head_revision": head_revision(),
+        "schema_revision": current_revision(primary_dsn(url)), "head_revision": head_revision(),
         "functions": "current" if installed == shipped_checksum() else ("other" if installed else "not installed"),
         "functions_checksum": installed, "skbs": skbs,
         "memory": memory, "role": "standby" if standby else "primary", "standbys": standbys,
@@ -128,10 +128,10 @@ def psql_binary() -> str:
 def upgrade(ctx: typer.Context,
             json_: bool = typer.Option(False, "--json", help="Print the revisions before and after as JSON.")) -> None:
     """Apply pending schema migrations (they also run automatically on first use)."""
-    from stark_pg.db.connection import resolve_dsn
+    from stark_pg.db.connection import primary_dsn, resolve_dsn
     from stark_pg.db.migrate import current_revision, upgrade as run_upgrade
 
-    url_ = resolve_dsn(state(ctx).dsn)
+    url_ = primary_dsn(resolve_dsn(state(ctx).dsn))     # alembic takes one host
     before = current_revision(url_)
     run_upgrade(url_)
     after = current_revision(url_)
@@ -154,10 +154,10 @@ def downgrade(ctx: typer.Context,
     functions are left for the older stark-pg to install when it connects. Nothing goes below the
     baseline, 0040. This stark-pg upgrades the database again the next time it connects: run the older
     one next."""
-    from stark_pg.db.connection import resolve_dsn
+    from stark_pg.db.connection import primary_dsn, resolve_dsn
     from stark_pg.db.migrate import current_revision, downgrade as run_downgrade, downgrade_steps
 
-    url_ = resolve_dsn(state(ctx).dsn)
+    url_ = primary_dsn(resolve_dsn(state(ctx).dsn))     # alembic takes one host
     before = current_revision(url_)
     steps = downgrade_steps(url_, revision)
     if json_ and not yes:

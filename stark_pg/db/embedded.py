@@ -37,7 +37,8 @@ LOG_ROTATE_BYTES = 10 << 20
 # PostgreSQL's defaults; memory comes from one profile sized to the machine (stark_pg/db/profile.py).
 # shared_buffers takes effect on the restart that follows.
 # Not synchronous_commit = off: it let a commit (a whole load) be reported before it was on disk.
-# wal_level minimal: the private server has no replicas, and a load's new edge partition (created,
+# wal_level minimal: a private server without standbys needs no more (replica.py switches to replica
+# for the first standby), and a load's new edge partition (created,
 # filled and indexed in one transaction) then writes no WAL; it is fsynced at the commit instead.
 _TUNING = {
     "wal_level": "minimal",
