@@ -3,7 +3,8 @@
 A real primary in a temporary STARK_PG_HOME (adding a standby restarts the primary with wal_level
 replica, which the session's shared server must not go through), a real standby made by
 pg_basebackup, a small synthetic SKB indexed on the primary. Checked: the standby is private and
-read-only; every LLM-free method ranks on it exactly as on the primary; an evaluation reading on the
+read-only; every LLM-free method ranks on it exactly as on the primary (bm25, vss, hybrid,
+multivss, and mfar and fusion with models trained briefly on the primary); an evaluation reading on the
 standby stores its rows on the primary; a standby stopped mid-evaluation loses and duplicates no
 query; what a read connection must write (the LLM cache) lands on the primary; the CLI's errors.
 """
@@ -28,12 +29,16 @@ SKB = "standby-syn"
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
-    """A primary with an indexed SKB and one running standby, in a home of their own."""
+    """A primary with an indexed SKB (and an mFAR and a fusion model trained in a few rounds) and one
+    running standby, in a home of their own."""
     from loaders.synthetic import SyntheticSource
     from stark_pg.db import connect, embedded, replica
     from stark_pg.index.dense import build_dense
-    from stark_pg.index.lexical import build_lexical
+    from stark_pg.index.lexical import build_lexical, relation_scopes
+    from stark_pg.models.fusion import FusionSettings
     from stark_pg.skb.store import load_skb
+    from stark_pg.train.fusion import train_fusion
+    from stark_pg.train.mfar import TrainSettings, train_mfar
 
     home = tmp_path_factory.mktemp("standby-home")
     with pytest.MonkeyPatch.context() as env:
@@ -44,8 +49,10 @@ def pair(tmp_path_factory):
         try:
             with connect(primary.uri) as conn:
                 skb_id = load_skb(conn, SyntheticSource(nodes=240, seed=11, edges_per_node=6), SKB).skb_id
-                build_lexical(conn, SKB)
+                build_lexical(conn, SKB, extra_scopes=relation_scopes(conn, SKB))
                 build_dense(conn, SKB, multi_vector=True)
+                train_mfar(conn, SKB, TrainSettings(variant="all", epochs=3, patience=3, negatives=8))
+                train_fusion(conn, SKB, FusionSettings(rounds=[5], folds=2, min_data_in_leaf=[2], bag=1))
             standby = replica.add()
             replica.wait_caught_up(standby)
             yield SimpleNamespace(home=home, primary=primary.uri, standby=standby, skb_id=skb_id,
@@ -133,7 +140,8 @@ def _searches(url: str, read: bool, method: str, settings: dict, queries) -> lis
 
 @pytest.mark.parametrize("method, settings", [("bm25", {}), ("bm25", {"engine": "sql"}), ("bm25", {"field": "name"}),
                                               ("vss", {}), ("vss", {"exact": True}), ("hybrid", {}),
-                                              ("hybrid", {"fusion": "weighted", "weight": 0.6}), ("multivss", {})])
+                                              ("hybrid", {"fusion": "weighted", "weight": 0.6}), ("multivss", {}),
+                                              ("mfar", {}), ("mfar", {"engine": "sql"}), ("fusion", {})])
 def test_a_standby_ranks_as_the_primary(pair, method, settings):
     from stark_pg.db import connect
     from stark_pg.eval import query_sets
