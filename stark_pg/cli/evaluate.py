@@ -73,7 +73,7 @@ def evaluate(
         skb_id = require_skb(conn, name)
         chosen = choose_queries(conn, skb_id, name, split, queries, limit)
         outcomes = run_methods(conn, skb_id, name, settings, chosen, resolve=get_method, depth=depth,
-                               stored_k=stored_k, progress=progress)
+                               stored_k=stored_k, progress=progress, reads=state(ctx).reads())
         report = None
         if out_dir:
             report = write_report(conn, skb_id, name, split, outcomes, out_dir, context or guess_dataset(name),

@@ -300,7 +300,7 @@ def search(
                                     explain=explain)
     except (UnknownMethod, OptionError) as exc:
         fail(str(exc))
-    with concurrent_calls(workers), state(ctx).connect() as conn:
+    with concurrent_calls(workers), state(ctx).connect(read=True) as conn:     # a standby where the DSN names one
         hits, ranking = search_described(conn, name, query, module, options, k)
     results = [hit.to_dict() for hit in hits]
     if json_:

@@ -16,6 +16,13 @@ any query embedding the search found cached (another method of the same process 
 text first; `stark_pg.embed.query_embeddings`). So every method pays for its own query embedding, as
 it would for a user who runs it alone, and methods compare alike whatever order they ran in.
 
+With `reads` (a function opening a read connection: on a standby, when the DSN names a primary and
+standbys; stark_pg.db.connection), the searches run on connections of their own from it while the
+results are still stored through the caller's connection, on the primary. A read connection lost
+mid-query (its standby stopped or died) is replaced by a new one from `reads`, which libpq points at
+another standby or the primary, and the query is searched again there: it is neither lost, nor
+recorded as failed, nor stored twice.
+
 The methods themselves come from whoever calls: a `Resolve` (the CLI and the Python API hand over
 stark_pg.retrieve.get_method) turns a method's name into its module (`Options`, `search`). Evaluation
 thus sits beside retrieval, not on top of it, and a test or a benchmark can evaluate a method that is
@@ -57,6 +64,12 @@ LATENCY_NOTE = ("what one question's search takes with the method alone: its que
 Resolve = Callable[[str], ModuleType]
 """A method's name -> its module, which has `Options` (a dataclass) and `search(conn, skb, query, k, options)`."""
 
+Reads = Callable[[], psycopg.Connection]
+"""Opens a new connection to search on (a standby where there is one)."""
+
+FAILOVER_TRIES = 3
+"""How many times a query is searched again on a new read connection after losing one."""
+
 
 @dataclass
 class RunOutcome:
@@ -69,7 +82,7 @@ class RunOutcome:
 
 def run_method(conn: psycopg.Connection, skb_id: int, skb_name: str, method: str, options, query_set: QuerySet, *,
                resolve: Resolve, depth: int = 1000, stored_k: int = 100,
-               progress: Reporter | None = None) -> RunOutcome:
+               progress: Reporter | None = None, reads: Reads | None = None) -> RunOutcome:
     progress = progress or NullReporter()
     module = resolve(method)
     settings = dataclasses.asdict(options)
@@ -87,9 +100,9 @@ def run_method(conn: psycopg.Connection, skb_id: int, skb_name: str, method: str
     with progress.stage(method, total=len(query_set.queries)) as stage:
         stage.advance(len(done))
         workers = min(concurrency.current(), len(todo)) if calls_served_model(settings) else 1
-        with _connections(conn, workers) as pool:
+        with _connections(conn, workers, reads) as pool:
             def searched(query):
-                return _search(pool, module, skb_name, query, depth, options)
+                return _search(pool, module, skb_name, query, depth, options, reads)
 
             for query, ranking, error, latency_ms in concurrency.ordered_iter(searched, todo, workers):
                 ranked = ranking.node_ids
@@ -117,38 +130,60 @@ def calls_served_model(settings: dict) -> bool:
 
 
 @contextmanager
-def _connections(conn: psycopg.Connection, n: int):
+def _connections(conn: psycopg.Connection, n: int, reads: Reads | None = None):
     """A queue of the connections the searches take turns on: `conn` alone for a sequential run,
-    else `n` connections of their own (closed at the end), one per worker."""
+    else `n` connections of their own (closed at the end), one per worker; with `reads`, always `n`
+    connections from it."""
     pool: queue.SimpleQueue = queue.SimpleQueue()
-    own = concurrency.ordered_map(lambda _: connect_like(conn), range(n), n) if n > 1 else []   # opened at once
+    if reads is not None:
+        own = concurrency.ordered_map(lambda _: reads(), range(n), n)
+    else:
+        own = concurrency.ordered_map(lambda _: connect_like(conn), range(n), n) if n > 1 else []   # opened at once
     for c in own or [conn]:
         pool.put(c)
+    opened = list(own)
     try:
         yield pool
     finally:
-        for c in own:
+        while not pool.empty():             # the ones in the pool now: a lost one was replaced
+            c = pool.get()
+            if c is not conn:
+                c.close()
+        for c in opened:
             c.close()
 
 
-def _search(pool: queue.SimpleQueue, module: ModuleType, skb_name: str, query, depth: int, options):
-    """One query's ranking (or its error) and its latency, on a connection taken from `pool`."""
+def _search(pool: queue.SimpleQueue, module: ModuleType, skb_name: str, query, depth: int, options,
+            reads: Reads | None = None):
+    """One query's ranking (or its error) and its latency, on a connection taken from `pool`; with
+    `reads`, searched again on a new read connection when the one it ran on was lost."""
     conn = pool.get()
     try:
-        started = time.perf_counter()
-        with query_embeddings() as spent:
-            try:
-                with cache_in(conn):      # an embedding API's vectors are cached in this database
-                    with one_snapshot(conn):     # one version of the SKB, even across a replace
-                        ranking, error = module.search(conn, skb_name, query.body, depth, options), None
-            except Exception as exc:  # a failing query is recorded, not fatal
-                conn.rollback()
-                if needs_setup(exc):      # ...unless every query would fail alike
-                    raise
-                ranking, error = Ranking([], {}), f"{type(exc).__name__}: {exc}"
-        return query, ranking, error, (time.perf_counter() - started) * 1000 + spent.cached_ms
+        for attempt in range(FAILOVER_TRIES + 1):
+            started = time.perf_counter()
+            with query_embeddings() as spent:
+                try:
+                    with cache_in(conn):      # an embedding API's vectors are cached in this database
+                        with one_snapshot(conn):     # one version of the SKB, even across a replace
+                            ranking, error = module.search(conn, skb_name, query.body, depth, options), None
+                except Exception as exc:  # a failing query is recorded, not fatal
+                    if reads is not None and _lost(conn) and attempt < FAILOVER_TRIES:
+                        conn.close()
+                        conn = reads()        # libpq skips the server that went away
+                        continue
+                    if not conn.closed:
+                        conn.rollback()
+                    if needs_setup(exc):      # ...unless every query would fail alike
+                        raise
+                    ranking, error = Ranking([], {}), f"{type(exc).__name__}: {exc}"
+            return query, ranking, error, (time.perf_counter() - started) * 1000 + spent.cached_ms
     finally:
         pool.put(conn)
+
+
+def _lost(conn: psycopg.Connection) -> bool:
+    """Whether a connection is gone (its server stopped, died, or cut it off), rather than a query failed."""
+    return conn.closed or conn.broken
 
 
 def summarize_run(conn: psycopg.Connection, skb_id: int, run_id: int) -> dict:
