@@ -11,7 +11,7 @@ Why it is built this way:
 - The export is checked before it is kept: the graph's vectors of a few probe texts must match torch's
   (cosine above EXPORT_MIN_COSINE), else the model is refused with a message naming --backend torch.
 - int8 (`quantize`) is ONNX Runtime's dynamic quantization of the weights, per output channel (per
-  tensor loses more: docs/embeddings.md has the measurements). OpenVINO compiles the same ONNX files (fp32 or
+  tensor loses more: docs/benchmarks.md, "Embedding backends"). OpenVINO compiles the same ONNX files (fp32 or
   int8) for the CPU; it needs the `openvino` package (the `openvino` extra).
 - Exports are cached under STARK_PG_HOME/models/onnx/<name>-<hash>/, keyed by what was exported (a
   local path with its files' modification time, or a model name), written to a temporary directory and
