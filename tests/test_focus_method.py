@@ -33,7 +33,7 @@ SKB = "synthetic-focus-e2e"
 
 def _template_pattern(wording: str) -> re.Pattern:
     text = re.escape(wording)
-    for field, group in (("anchor0", "a0"), ("anchor1", "a1"), ("value", "v")):
+    for field, group in (("anchor0", "a0"), ("anchor1", "a1"), ("value", "v"), ("trait", "t")):
         text = text.replace(re.escape("{" + field + "}"), f"(?P<{group}>.+?)")
     return re.compile("^" + text + "$")
 
@@ -121,7 +121,7 @@ def test_perfect_triplets_put_the_answers_first_and_replay_from_the_cache(conn, 
     before = len(llm.requests)
     first = run_method(conn, skb_id, SKB, "4stepfocus", options(llm), val, depth=100, resolve=get_method)
     assert len(llm.requests) - before == len(val.queries)          # one triplet request per query
-    plain = {t.key for t in TEMPLATES if t.attribute is None}
+    plain = {t.key for t in TEMPLATES if t.attribute is None and not t.trait}     # nothing but relations
     rows = conn.execute("select q.query_id, q.body, r.ranked_ids, r.answer_ids, r.trace, r.error "
                         "from stark.eval_result r join stark.query q on q.skb_id = r.skb_id and q.query_id = r.query_id "
                         "where r.run_id = %s", (first.run_id,)).fetchall()
