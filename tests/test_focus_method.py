@@ -189,7 +189,7 @@ def test_garbage_from_the_llm_fails_the_query_and_the_run_goes_on(conn, llm):
 
 def test_rerank_orders_the_top_by_the_llms_scores(conn, llm):
     question = conn.execute("select body from stark.query where skb_id = stark.skb_id(%s) and body like "
-                            "'Which genes or proteins interact with the pathway %%' limit 1", (SKB,)).fetchone()[0]
+                            "'Which genes or proteins noted for %% interact with the pathway %%' limit 1", (SKB,)).fetchone()[0]
     favourite = {}
 
     def responder(kind, body):
@@ -241,7 +241,7 @@ def test_answer_type_paper_setting_ranks_the_llms_type_first_and_the_default_mix
     the paper: every node of the LLM's type ahead of every other. Mixed in, the training queries'
     vote outweighs a wrong LLM type once the LLM's share is under a half."""
     question = conn.execute("select body from stark.query where skb_id = stark.skb_id(%s) and split = 'val' and body "
-                            "like 'Which genes or proteins interact with the pathway %%' limit 1", (SKB,)).fetchone()[0]
+                            "like 'Which genes or proteins noted for %% interact with the pathway %%' limit 1", (SKB,)).fetchone()[0]
     llm.responder = lambda kind, body: json.dumps({"target": "?x1", "target_type": "disease", "triplets": []})
     paper = focus.search(conn, SKB, question, 60, options(llm, type_weight=2.0, llm_type_share=1.0, cache="refresh"))
     types = dict(conn.execute("select node_id, type from stark.node where skb_id = stark.skb_id(%s)", (SKB,)).fetchall())
@@ -262,7 +262,7 @@ def test_answer_type_paper_setting_ranks_the_llms_type_first_and_the_default_mix
 def test_a_constant_the_question_does_not_name_is_dropped(conn, llm):
     """Small models copy entities from the prompt's examples: such a constant must not steer the search."""
     question = conn.execute("select body from stark.query where skb_id = stark.skb_id(%s) and body like "
-                            "'Which genes or proteins interact with the pathway %%' limit 1", (SKB,)).fetchone()[0]
+                            "'Which genes or proteins noted for %% interact with the pathway %%' limit 1", (SKB,)).fetchone()[0]
     stranger = conn.execute("select name from stark.node where skb_id = stark.skb_id(%s) and type = 'drug' "
                             "order by node_id limit 1", (SKB,)).fetchone()[0]
     assert stranger.lower() not in question.lower()
