@@ -14,6 +14,7 @@ are (the expansion methods' hybrid retriever, tests).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import time
 from dataclasses import dataclass
@@ -57,6 +58,7 @@ def resolve_options(conn: psycopg.Connection, skb: str, options: Options) -> Opt
     under different tuned settings are different runs."""
     if getattr(options, "_source", None) is not None:
         return options
+    options = copy.copy(options)            # the caller's stays as it was (it may search another SKB)
     given = getattr(options, "_given", None)
     if given is None or given & set(TUNED_KEYS):
         source = {"from": "options"}
