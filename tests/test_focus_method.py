@@ -220,7 +220,7 @@ def test_search_explain_on_the_command_line(synthetic_url, llm):
     with psycopg.connect(synthetic_url) as c:
         gene = c.execute("select name from stark.node where skb_id = stark.skb_id(%s) and type = 'gene/protein' "
                          "order by node_id limit 1", (SKB,)).fetchone()[0]
-    question = f"Which drugs target the gene or protein {gene}?"
+    question = f"Which drugs target the gene or protein {gene} and are noted for renal excretion?"
     env = os.environ | {"STARK_PG_DSN": synthetic_url, "COLUMNS": "200"}
     args = [sys.executable, "-m", "stark_pg", "search", SKB, question, "-m", "4stepfocus", "-k", "5",
             "-o", "llm=openai:fake-oracle", "-o", f"base_url={llm.openai_url}", "-o", "respect_relations=true",
