@@ -274,7 +274,7 @@ def test_query_weight_mixes_the_plain_query_back_in(conn, llm, answers):
     """query_weight=1 is the plain query's embedding (VSS exactly); 0 the expanded one; between, a mix."""
     llm.responder = good_llm(answers)
     q = conn.execute("select body from stark.query where skb_id = stark.skb_id(%s) and body like "
-                     "'What drugs are indicated for %%' order by query_id limit 1", (SKB,)).fetchone()[0]
+                     "'What drugs indicated for %% are noted for %%' order by query_id limit 1", (SKB,)).fetchone()[0]
     plain = vss_method.search(conn, SKB, q, 30).node_ids
     rankings = {w: get_method("hyde").search(conn, SKB, q, 30, options("hyde", llm, query_weight=w))
                 for w in (0.0, 0.5, 1.0)}
