@@ -22,9 +22,10 @@ app.add_typer(replica_app, name="replica")
 def status(ctx: typer.Context, json_: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """Where the database is, its PostgreSQL and pgvector versions, the extensions stark-pg can use
     (vector required; pg_textsearch, vectorscale optional: on the server, installed here), schema
-    revision, whether the SQL functions are this stark-pg's, loaded SKBs and the memory settings (the
+    revision, whether the SQL functions are this stark-pg's, loaded SKBs, the memory settings (the
     embedded server's come from one profile sized to the machine; STARK_PG_MEMORY_MB sets its budget for
-    new clusters)."""
+    new clusters) and the embedding endpoint stark.embed calls (`stark-pg db embedding-endpoint`: its URL
+    and timeout, whether a key goes with it, never the key)."""
     from stark_pg.db import embedded
     from stark_pg.db.connection import primary_dsn, redact_dsn, resolve_dsn
     from stark_pg.db.extensions import extensions
@@ -45,6 +46,7 @@ def status(ctx: typer.Context, json_: bool = typer.Option(False, "--json", help=
         installed = installed_checksum(conn)
         standby = bool(queries().in_recovery(conn))
         standbys = [] if standby else [dict(zip(STANDBY_COLUMNS, row)) for row in queries().standbys(conn)]
+        endpoint = _endpoint_status(conn)
     info = {
         "embedded": ctx_.dsn is None, "url": redact_dsn(url),
         "pgdata": str(embedded.pgdata_dir()) if ctx_.dsn is None else None,
@@ -54,6 +56,7 @@ def status(ctx: typer.Context, json_: bool = typer.Option(False, "--json", help=
         "functions": "current" if installed == shipped_checksum() else ("other" if installed else "not installed"),
         "functions_checksum": installed, "skbs": skbs,
         "memory": memory, "role": "standby" if standby else "primary", "standbys": standbys,
+        "embedding_endpoint": endpoint,
     }
     if json_:
         print_json(info)
@@ -61,6 +64,7 @@ def status(ctx: typer.Context, json_: bool = typer.Option(False, "--json", help=
     info["extensions"] = [ext.describe() for ext in found]
     info["memory"] = [f"{name} {value}" for name, value in memory.items()]
     info["standbys"] = [_describe_standby(row) for row in standbys] or "none"
+    info["embedding_endpoint"] = _describe_endpoint(endpoint)
     for key, value in info.items():
         out.print(f"[bold]{key:>16}[/]  {', '.join(value) if isinstance(value, list) else value}", highlight=False)
 
@@ -72,6 +76,30 @@ def _describe_standby(row: dict) -> str:
     lag = f", replay lag {row['replay_lag_s']:.3f} s" if row["replay_lag_s"] is not None else ""
     lost = f", slot {row['wal_status']}" if row["wal_status"] in ("lost", "unreserved") else ""
     return f"{row['name']} {row['state']}, {row['bytes_behind'] or 0} bytes behind{lag}{lost}"
+def _endpoint_status(conn) -> dict | None:
+    """stark.embed's endpoint as status shows it: URL, timeout, whether a key is set (never the key); None
+    when none is set; {"readable": False} for a role that may not read the owner's setting."""
+    import psycopg
+
+    from stark_pg.resources import queries
+
+    try:
+        with conn.transaction():
+            row = queries().embed_endpoint(conn)
+    except psycopg.errors.InsufficientPrivilege:
+        return {"readable": False}
+    if row is None:
+        return None
+    return {"url": row[0], "timeout_s": row[2] / 1000, "api_key": bool(row[1]), "set_at": row[3]}
+
+
+def _describe_endpoint(endpoint: dict | None) -> str:
+    if endpoint is None:
+        return "none set (stark-pg db embedding-endpoint URL)"
+    if not endpoint.get("readable", True):
+        return "not readable by this role (the database owner's setting)"
+    return (f"{endpoint['url']}/v1/embeddings, timeout {endpoint['timeout_s']:g} s, "
+            f"{'with' if endpoint['api_key'] else 'no'} API key")
 
 
 @app.command()

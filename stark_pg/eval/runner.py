@@ -85,6 +85,8 @@ def run_method(conn: psycopg.Connection, skb_id: int, skb_name: str, method: str
                progress: Reporter | None = None, reads: Reads | None = None) -> RunOutcome:
     progress = progress or NullReporter()
     module = resolve(method)
+    if hasattr(module, "resolve_options"):      # defaults that depend on the SKB (hybrid's tuned ones)
+        options = module.resolve_options(conn, skb_name, options)
     settings = dataclasses.asdict(options)
     config = {"method": method, "options": settings, "query_set": query_set.label, "depth": depth,
               "stored_k": stored_k, "queries": len(query_set.queries)}
