@@ -9,7 +9,16 @@ SQL), with the overlap of their top k.
     python benchmarks/retrieval_benchmark.py synthetic-1000000 --random-vectors --methods bm25,vss
 
 Prints p50/p95 in milliseconds for the SQL alone (what PostgreSQL spends) and, for the real-model
-mode, end to end through the method modules (query embedding included). Not a test: run by hand.
+mode, end to end through the method modules, as a user who runs one method gets them: each method is
+warmed up on questions outside the timed set (model loaded, plans cached, its index pages read), then
+timed alone with the query cache emptied, so that every timed question pays for its own embedding
+(cold: a text not embedded before); the embedding part and the rest are reported apart. Beside them:
+the query embedding cold and cached (the SKB's recorded encoder, and sentence-transformers' own
+`encode` as the yardstick), and with --restart HNSW cold (the first search of each question after a
+restart of the embedded server, its shared buffers empty; OS caches dropped too with --drop-caches,
+where this user may) and then warm. Not a test: run by hand.
+
+    python benchmarks/retrieval_benchmark.py stark-prime-ibd --methods vss,hybrid --restart
 """
 
 from __future__ import annotations
@@ -248,19 +257,81 @@ def dense(conn, skb_name: str, skb_id: int, model: str, vectors: list[np.ndarray
             "hnsw_recall@10_vs_exact": round(recall, 4), "vectors": len(ids)}
 
 
-def end_to_end(conn, skb_name: str, method: str, texts: list[str], k: int) -> dict:
+def end_to_end(conn, skb_name: str, method: str, warm_texts: list[str], texts: list[str], k: int) -> dict:
+    """One method alone: warmed up on `warm_texts` (never timed), then each of `texts` searched with an
+    empty query cache (its embedding cold). The whole search, and its parts from the method's trace:
+    the query embedding (`embed_ms`) and the rest (SQL, and any ranking in Python)."""
     from stark_pg import embed
     from stark_pg.retrieve import get_method
 
     module = get_method(method)
-    module.search(conn, skb_name, texts[0], k)                    # load the model outside the timing
+    for text in warm_texts:
+        module.search(conn, skb_name, text, k)
+    embed._query_vector.cache_clear()
+    whole, embedding, rest = [], [], []
+    for text in texts:
+        started = time.perf_counter()
+        ranking = module.search(conn, skb_name, text, k)
+        ms = (time.perf_counter() - started) * 1000
+        whole.append(ms)
+        spent = float(ranking.trace.get("embed_ms") or 0.0)
+        embedding.append(spent)
+        rest.append(ms - spent)
+    return {"whole": percentiles(whole), "query_embedding": percentiles(embedding), "rest": percentiles(rest)}
 
-    def search(text: str):
-        embed._query_vector.cache_clear()                         # every query pays for its embedding
-        return module.search(conn, skb_name, text, k)
 
-    ms, _ = timed(search, texts)
-    return percentiles(ms)
+def query_embedding(conn, skb_name: str, texts: list[str], warm_texts: list[str]) -> dict:
+    """The query embedding alone, with the SKB's recorded encoder: cold (each text new to the process's
+    cache; the model loaded and warmed up on other texts first) and cached (the same text again); and
+    the yardstick, sentence-transformers' own `encode` of one text (torch)."""
+    from stark_pg import embed
+
+    encoder = embed.skb_encoder(conn, skb_name, None)
+    for text in warm_texts:
+        embed.encode_query(text, None, encoder)
+    embed._query_vector.cache_clear()
+    cold, _ = timed(lambda t: embed.encode_query(t, None, encoder), texts)
+    cached, _ = timed(lambda t: embed.encode_query(t, None, encoder), texts)
+    model = embed.load_model()
+    for text in warm_texts:
+        model.encode([text], normalize_embeddings=True)
+    yardstick, _ = timed(lambda t: model.encode([t], normalize_embeddings=True, show_progress_bar=False), texts)
+    return {"encoder": encoder.label, "cold": percentiles(cold), "cached": percentiles(cached),
+            "sentence_transformers_encode_torch": percentiles(yardstick)}
+
+
+def restarted_server(drop_caches: bool) -> dict:
+    """Restart the embedded server (its shared buffers start empty); with `drop_caches`, also ask the
+    kernel to drop its page cache (root on a machine that allows it), reporting whether it did."""
+    import os
+
+    from stark_pg.db import embedded
+
+    if os.environ.get("STARK_PG_DSN"):
+        raise SystemExit("--restart needs the embedded server (no STARK_PG_DSN)")
+    embedded.stop()
+    dropped = False
+    if drop_caches:
+        try:
+            os.sync()
+            with open("/proc/sys/vm/drop_caches", "w") as handle:
+                handle.write("3\n")
+            dropped = True
+        except OSError as exc:
+            dropped = f"not allowed: {exc}"
+    embedded.start()
+    return {"restarted": True, "os_caches_dropped": dropped}
+
+
+def hnsw_cold_and_warm(skb_name: str, model: str, vectors: list[np.ndarray], k: int, drop_caches: bool) -> dict:
+    """HNSW searches right after a restart of the server (cold), then the same searches again (warm)."""
+    report = restarted_server(drop_caches)
+    with connect() as conn:
+        cold, _ = timed(lambda v: list(sql().vss_top(conn, skb=skb_name, embedding=v, k=k, model=model,
+                                                      exact=False)), vectors)
+        warm, _ = timed(lambda v: list(sql().vss_top(conn, skb=skb_name, embedding=v, k=k, model=model,
+                                                      exact=False)), vectors)
+    return report | {"cold": percentiles(cold), "warm": percentiles(warm)}
 
 
 def main() -> None:
@@ -273,6 +344,12 @@ def main() -> None:
                         help="dense part with random unit vectors around 1000 cluster centres (no model needed)")
     parser.add_argument("--dim", type=int, default=384)
     parser.add_argument("--no-yardsticks", action="store_true")
+    parser.add_argument("--warmup", type=int, default=20, help="questions (outside the timed ones) each method is "
+                                                                 "warmed up on")
+    parser.add_argument("--restart", action="store_true", help="also HNSW cold: restart the embedded server first")
+    parser.add_argument("--drop-caches", action="store_true", help="with --restart: drop the OS page cache too "
+                                                                     "(root, where allowed; slows every process "
+                                                                     "on the machine for a while)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     methods = args.methods.split(",")
@@ -280,7 +357,8 @@ def main() -> None:
     with connect() as conn:
         skb_id = require_skb(conn, args.skb)
         report["nodes"] = sql().count_nodes(conn, skb_id=skb_id)
-        texts = query_texts(conn, skb_id, args.queries)
+        everything = query_texts(conn, skb_id, args.queries + args.warmup)
+        warm_texts, texts = everything[:args.warmup], everything[args.warmup:]
         if "bm25" in methods:
             report |= bm25_engines(conn, skb_id, texts, args.k)
             exact = report.pop("_sql_top_k")
@@ -291,10 +369,13 @@ def main() -> None:
             vectors = list(clustered_unit_vectors(np.random.default_rng(1), cluster_centers(args.dim), len(texts)))
             report["vss_random_vectors"] = dense(conn, args.skb, skb_id, model, vectors, args.k)
         else:
-            from stark_pg.embed import DEFAULT_MODEL, encode_query
+            from stark_pg.embed import DEFAULT_MODEL, encode_query, skb_encoder
 
             # the query embeddings only for the dense methods (bm25 alone loads no model)
-            vectors = [encode_query(t) for t in texts] if {"vss", "multivss"} & set(methods) else []
+            encoder = skb_encoder(conn, args.skb, None)
+            vectors = [encode_query(t, None, encoder) for t in texts] if {"vss", "multivss"} & set(methods) else []
+            if set(methods) - {"bm25"}:
+                report["query_embedding"] = query_embedding(conn, args.skb, texts, warm_texts)
             if "vss" in methods:
                 report["vss_sql"] = dense(conn, args.skb, skb_id, DEFAULT_MODEL, vectors, args.k)
             if "multivss" in methods:
@@ -303,7 +384,9 @@ def main() -> None:
                                                                 exact=False)), vectors)
                 report["multivss_sql"] = percentiles(ms)
             for method in methods:
-                report[f"{method}_end_to_end"] = end_to_end(conn, args.skb, method, texts, args.k)
+                report[f"{method}_end_to_end"] = end_to_end(conn, args.skb, method, warm_texts, texts, args.k)
+    if args.restart and not args.random_vectors and vectors:
+        report["hnsw_after_restart"] = hnsw_cold_and_warm(args.skb, DEFAULT_MODEL, vectors, args.k, args.drop_caches)
     if args.json:
         print(json.dumps(report, indent=2))
         return

@@ -12,12 +12,19 @@ facts:
 - heavy-tailed degrees: a node's popularity rank r within its type is drawn as floor(m * u**a), so
   edge counts fall off with rank like a Zipf law (a few hubs, many leaves); ranks are scrambled
   onto node ids so that hubs are not simply the first ids;
-- a `description` of two or three sentences per node from templates, a type vocabulary and a long
+- a `description` of two to four sentences per node from templates, a type vocabulary and a long
   tail of pseudo-terms (so BM25 sees rare as well as common terms), naming the node's attribute
-  (a drug's form, a disease's category, a gene's family), which `attrs` also carries;
-- queries from STaRK-Prime-style templates (1-hop, 2-hop, two anchors, relation + text attribute),
-  e.g. "What is the drug that targets the genes or proteins which are expressed in <anatomy>?";
-  a query's answers are *all* nodes satisfying it in the generated graph.
+  (a drug's form, a disease's category, a gene's family), which `attrs` also carries, and for drugs,
+  genes and diseases a trait ("It is noted for renal excretion.");
+- queries from STaRK-Prime-style templates (1-hop, 2-hop, two anchors, relation + text attribute,
+  relation + textual requirement), e.g. "What is the drug that targets the genes or proteins which
+  are expressed in <anatomy>?" or "Which drugs target the gene or protein <gene> and are noted for
+  renal excretion?"; a query's answers are *all* nodes satisfying it in the generated graph and text.
+
+Why the textual requirements: STaRK's questions join a relation to what the answers' text says, so
+that neither text nor graph alone answers them. Here too: text retrieval finds a trait's holders
+(about 4% of a type) but not which of them the relation reaches; the relation's neighbours are in
+the graph (and in the relation fields `stark-pg index --relation-fields` builds), not in the text.
 
 Everything is a pure function of the seed: node text comes from generators seeded with (seed, chunk)
 and hashes of (seed, id); a relation's edges come in blocks of popularity rank, each from a generator
@@ -134,6 +141,36 @@ ATTRIBUTES = {
                                 "enzyme", "structural protein"), (12, 15, 10, 6, 14, 30, 13)),
 }
 
+# A finer property each drug, gene and disease has, stated in its description ("It is noted for ...") and
+# asked for by the questions that combine a relation with a textual requirement, as STaRK-Prime's do:
+# the text narrows the nodes a relation reaches. 24 per type, so each is held by about 4% of the type;
+# within a type no content word is shared, so a requirement's words pick out its holders.
+TRAITS = {
+    "drug": ("blood-brain barrier penetration", "renal excretion", "hepatic clearance by CYP3A4",
+             "a long elimination half-life", "a narrow therapeutic index", "photosensitivity reactions",
+             "QT interval prolongation", "once-weekly administration", "extensive plasma protein binding",
+             "poor oral bioavailability", "teratogenic risk in pregnancy", "reversible neutropenia",
+             "rapid onset", "enterohepatic recirculation", "autoinduction of its own metabolism",
+             "ototoxicity", "orphan designation", "paediatric use", "tolerance with prolonged therapy",
+             "withdrawal symptoms after abrupt cessation", "pH-dependent absorption", "lactic acidosis warnings",
+             "grapefruit juice interactions", "refrigerated storage"),
+    "gene/protein": ("imprinted expression", "mitochondrial localisation", "many splice isoforms",
+                     "X-linked inheritance", "haploinsufficiency", "circadian oscillation",
+                     "tumour suppressor function", "oncogenic fusion transcripts", "germline restriction",
+                     "zinc finger motifs", "leucine-rich repeats", "ubiquitin ligase partners",
+                     "glycosylphosphatidylinositol anchoring", "secretion into plasma", "heat shock induction",
+                     "hypoxia responsiveness", "interferon inducibility", "embryonic lethality in knockout mice",
+                     "copy number variation", "microRNA control", "CpG island methylation",
+                     "nonsense-mediated decay", "lysosomal targeting", "ciliary trafficking"),
+    "disease": ("childhood onset", "autosomal recessive inheritance", "maternal transmission", "episodic flares",
+                "high mortality", "female predominance", "late-life emergence", "founder mutations",
+                "progressive hearing loss", "intellectual disability", "cardiac involvement", "renal cysts",
+                "skin photosensitivity", "endemic tropical distribution", "seasonal outbreaks",
+                "spontaneous remission", "genetic anticipation", "consanguineous families",
+                "elevated serum ferritin", "neonatal presentation", "painless jaundice", "ocular manifestations",
+                "a chronic relapsing course", "occupational exposure"),
+}
+
 _VOCABULARY = {
     "gene/protein": ("kinase", "receptor", "transporter", "channel", "ligase", "factor", "binding", "signalling",
                      "membrane", "nuclear", "transcription", "phosphorylation", "domain", "subunit", "isoform"),
@@ -199,7 +236,9 @@ class Template:
     """Answers: nodes of type `answer` that reach every anchor along its path, with `attribute` if set.
 
     A path is a tuple of (relation, node type) hops walked from the answer; the last hop's type is the
-    anchor's. Wording names anchors {anchor0}, {anchor1} and the attribute value {value}.
+    anchor's. Wording names anchors {anchor0}, {anchor1}, the attribute value {value} and, when `trait`
+    is set, the trait {trait} the answers share (a textual requirement: the answers' descriptions state
+    it, so text finds them among the nodes the relation reaches).
     """
 
     key: str
@@ -207,21 +246,24 @@ class Template:
     paths: tuple[tuple[tuple[str, str], ...], ...]
     attribute: str | None
     wording: str
+    trait: bool = False
 
 
 TEMPLATES = (
     Template("drug-target", "drug", ((("target", "gene/protein"),),), None,
-             "Which drugs target the gene or protein {anchor0}?"),
+             "Which drugs target the gene or protein {anchor0} and are noted for {trait}?", trait=True),
     Template("form-drug-target", "drug", ((("target", "gene/protein"),),), "form",
              "Can you list {value} medications that target {anchor0}?"),
     Template("drug-indication", "drug", ((("indication", "disease"),),), None,
-             "What drugs are indicated for {anchor0}?"),
+             "What drugs indicated for {anchor0} are noted for {trait}?", trait=True),
     Template("gene-disease", "gene/protein", ((("associated with", "disease"),),), None,
-             "Which genes or proteins are associated with {anchor0}?"),
+             "Which genes or proteins associated with {anchor0} are noted for {trait}?", trait=True),
+    Template("disease-gene", "disease", ((("associated with", "gene/protein"),),), None,
+             "Which diseases linked to the gene {anchor0} are noted for {trait}?", trait=True),
     Template("family-gene-disease", "gene/protein", ((("associated with", "disease"),),), "family",
              "Which {value} genes or proteins are associated with {anchor0}?"),
     Template("gene-pathway", "gene/protein", ((("interacts with", "pathway"),),), None,
-             "Which genes or proteins interact with the pathway {anchor0}?"),
+             "Which genes or proteins noted for {trait} interact with the pathway {anchor0}?", trait=True),
     Template("drug-target-expressed", "drug", ((("target", "gene/protein"), ("expression present", "anatomy")),),
              None, "What is the drug that targets the genes or proteins which are expressed in {anchor0}?"),
     Template("drug-side-effect-of-disease", "drug",
@@ -296,10 +338,11 @@ class _TextDraws:
         return cls(vocab, generic, lex, second, third)
 
 
-def _describe(node_type: str, name: str, attr: str | None, draws: _TextDraws, row: int) -> str:
-    """Two or three sentences: the first names the node (and its attribute, which a question may ask
-    for), the others mix the type's vocabulary, generic words and long-tail terms, the mix of common
-    and rare terms BM25 meets in real descriptions."""
+def _describe(node_type: str, name: str, attr: str | None, trait: str | None, draws: _TextDraws, row: int) -> str:
+    """Two to four sentences: the first names the node (and its attribute, which a question may ask
+    for), then its trait where its type has one ("It is noted for ..."), the others mix the type's
+    vocabulary, generic words and long-tail terms, the mix of common and rare terms BM25 meets in real
+    descriptions."""
     vocabulary = _VOCABULARY[node_type]
     v, g, x = draws.vocab[row], draws.generic[row], draws.lex[row]
     words = {"v0": vocabulary[v[0]], "v1": vocabulary[v[1]], "v2": vocabulary[v[2]], "v3": vocabulary[v[3]],
@@ -308,6 +351,7 @@ def _describe(node_type: str, name: str, attr: str | None, draws: _TextDraws, ro
              "x2": _LEXICON[x[2]], "X2": _LEXICON[x[2]].capitalize()}
     article = "an" if attr and attr[0] in "aeiou" else "a"
     return (_FIRST_SENTENCE[node_type].format(name=name, attr=attr, article=article, **words)
+            + (f" It is noted for {trait}." if trait else "")
             + " " + _SECOND_SENTENCE[draws.second[row]].format(**words)
             + _THIRD_SENTENCE[draws.third[row]].format(**words))
 
@@ -411,7 +455,7 @@ class SyntheticSource:
         self.location = f"synthetic nodes={self.n} seed={self.seed} edges_per_node={self.edges_per_node:g}"
         self.default_name = f"synthetic-{self.n}"
         self.meta = {"nodes": self.n, "seed": self.seed, "edges_per_node": self.edges_per_node,
-                     "queries": self.n_queries, "generator": "stark-prime-shaped/2"}
+                     "queries": self.n_queries, "generator": "stark-prime-shaped/3"}
         salt = self.seed * 1_000_003
         self._rank = {t: _Scramble(counts[i], 0.6180339887, int(_hash(np.array([i]), salt + 1)[0]))
                       for i, t in enumerate(self.types)}
@@ -461,6 +505,15 @@ class SyntheticSource:
                     out[j] = value
         return out
 
+    def traits(self, ids: np.ndarray) -> list[str | None]:
+        """The trait of each id (TRAITS: drugs, genes, diseases), None for other types."""
+        out: list[str | None] = [None] * len(ids)
+        for node_type, where, local in self._by_type(ids):
+            if node_type in TRAITS:
+                for j, value in zip(where.tolist(), self._type_traits(node_type, local)):
+                    out[j] = value
+        return out
+
     def _by_type(self, ids: np.ndarray) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
         """Group ids by type, in type order: (type, positions in `ids`, ids local to the type)."""
         ids = np.asarray(ids, dtype=np.int64)
@@ -476,6 +529,12 @@ class SyntheticSource:
         picks = np.searchsorted(cut, _hash(local, self.seed * 1_000_003 + 7 + self.types.index(node_type)),
                                 side="right")
         return [values[p] for p in np.minimum(picks, len(values) - 1).tolist()]
+
+    def _type_traits(self, node_type: str, local: np.ndarray) -> list[str]:
+        """Traits drawn uniformly by hashing (seed, id), like attributes: no stored state."""
+        values = TRAITS[node_type]
+        picks = _hash(local, self.seed * 1_000_003 + 13 + self.types.index(node_type)) % len(values)
+        return [values[p] for p in picks.tolist()]
 
     def _words(self, node_type: str, numbers: np.ndarray) -> list[str]:
         """Injective: number -> two-letter syllables, a hashed first one and then the number's base-70 digits.
@@ -527,8 +586,9 @@ class SyntheticSource:
             names = self._type_names(node_type, local)
             has_attribute = node_type in ATTRIBUTES
             attrs = self._type_attributes(node_type, local) if has_attribute else [None] * len(local)
-            for name, attr in zip(names, attrs):
-                text = _describe(node_type, name, attr, draws, row)
+            traits = self._type_traits(node_type, local) if node_type in TRAITS else [None] * len(local)
+            for name, attr, trait in zip(names, attrs, traits):
+                text = _describe(node_type, name, attr, trait, draws, row)
                 yield start + row, Node(start + row, node_type, name, {"description": text},
                                         {ATTRIBUTES[node_type][0]: attr} if has_attribute else None)
                 row += 1
@@ -653,15 +713,18 @@ class SyntheticSource:
                     continue
                 anchors.append(second[0])
                 answers = second[1]
-            value = None
+            value = trait = None
             if template.attribute:
                 value, answers = self._narrow_by_attribute(answers, rng)
                 if value is None:
                     continue
+            if template.trait:
+                trait, answers = self._narrow_by_trait(answers, rng)
             if not 1 <= len(answers) <= MAX_ANSWERS:
                 continue
             names = self.names(np.array(anchors, dtype=np.int64))
-            body = template.wording.format(value=value, **{f"anchor{k}": name for k, name in enumerate(names)})
+            body = template.wording.format(value=value, trait=trait,
+                                           **{f"anchor{k}": name for k, name in enumerate(names)})
             yield template.key, body, sorted(int(a) for a in answers)
 
     def _second_anchor(self, adjacency, template: Template, answers: np.ndarray,
@@ -679,6 +742,12 @@ class SyntheticSource:
             return None
         narrowed = np.intersect1d(answers, others)
         return None if len(narrowed) == len(answers) else (second, narrowed)
+
+    def _narrow_by_trait(self, answers: np.ndarray, rng: np.random.Generator) -> tuple[str, np.ndarray]:
+        """One answer's trait and the answers that share it. Unlike an attribute, a trait is asked for
+        even when every answer has it: a question states what its answers are like, as STaRK's do."""
+        trait = self.traits(answers[[rng.integers(len(answers))]])[0]
+        return trait, answers[np.array([t == trait for t in self.traits(answers)], dtype=bool)]
 
     def _narrow_by_attribute(self, answers: np.ndarray, rng: np.random.Generator) -> tuple[str | None, np.ndarray]:
         """One answer's attribute value and the answers that share it; (None, answers) when all do (the

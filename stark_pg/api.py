@@ -68,6 +68,15 @@ class Database:
     def close(self) -> None:
         self.conn.close()
 
+    def _reads(self):
+        """Read connections on a standby when the DSN names a primary and standbys (as `stark-pg eval`
+        searches there), else None: the evaluation reads on this connection."""
+        from stark_pg.db import connect as open_connection
+        from stark_pg.db.connection import resolve_dsn, several_hosts
+
+        url = resolve_dsn(self.dsn)
+        return (lambda: open_connection(url, read=True)) if several_hosts(url) else None
+
     @property
     def closed(self) -> bool:
         return self.conn.closed
@@ -204,7 +213,7 @@ class SKB:
         chosen = choose_queries(conn, skb_id, self.name, split, queries, limit)
         with concurrency.workers(concurrency.resolve_workers(workers, "workers")):
             outcomes = run_methods(conn, skb_id, self.name, settings, chosen, resolve=get_method, depth=depth,
-                                   stored_k=stored_k, progress=_reporter(progress))
+                                   stored_k=stored_k, progress=_reporter(progress), reads=self.db._reads())
         report = None
         if out:
             from stark_pg.eval.session import guess_dataset

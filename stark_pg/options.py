@@ -63,7 +63,7 @@ def parse_options(options_class, pairs: list[str] | None):
         if not sep or key not in names:
             raise OptionError(f"--option {pair!r}: expected KEY=VALUE with KEY one of {', '.join(sorted(names))}")
         values[key] = _checked(options_class, key, _convert(raw, hints[key], pair), pair)
-    return options_class(**values)
+    return given(options_class(**values), values)
 
 
 def options_from_values(options_class, values: dict | None):
@@ -84,7 +84,15 @@ def options_from_values(options_class, values: dict | None):
         else:
             value = _typed(value, hints[key], pair)
         checked[key] = _checked(options_class, key, value, pair, label="setting")
-    return options_class(**checked)
+    return given(options_class(**checked), checked)
+
+
+def given(options, values) -> object:
+    """`options`, marked with the names of the settings its caller gave (`options._given`): a method
+    whose defaults depend on the SKB (hybrid's tuned ones) keeps what was given and fills in the rest.
+    Options made directly in code carry no mark and are taken as they are."""
+    object.__setattr__(options, "_given", frozenset(values))
+    return options
 
 
 def _typed(value, hint, pair: str):

@@ -240,3 +240,48 @@ def test_the_cli_trains_from_the_cache_and_plots_the_history(synthetic_url, llm,
     bad = subprocess.run([sys.executable, "-m", "stark_pg", "train", "agent", "no-such-skb", "--llm", "openai:x"],
                          capture_output=True, text=True, env=env, timeout=600)
     assert bad.returncode != 0 and "no-such-skb" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_held_out_questions_are_real_ones_only():
+    import numpy as np
+
+    from stark_pg.train.agent import Question, held_out
+
+    def q(i, real):
+        return Question(i, f"q{i}", [i], np.zeros(3), None, None, real=real)
+    members = [q(1, False), q(2, True), q(3, False), q(4, True), q(5, True), q(6, False), q(7, True)]
+    holdout, fit = held_out(members, 0.5)
+    assert [x.query_id for x in holdout] == [2, 4]                # half of the four real ones, in order
+    assert [x.query_id for x in fit] == [1, 3, 5, 6, 7]           # every other question writes programs
+    none_real = held_out([q(1, False), q(3, False)], 0.5)                  # none real: the batch chooses
+    assert none_real[0] == [] and [x.query_id for x in none_real[1]] == [1, 3]
+    only_real = [q(i, True) for i in range(10)]
+    assert [x.query_id for x in held_out(only_real, 0.3)[0]] == [0, 1, 2]                # one split: as before
+
+
+def test_train_agent_learns_from_several_splits_and_votes_with_them(conn, llm):
+    """--splits train,extra (extra: copies of val's questions standing in for a synthesized split): every
+    question of both is a training question, only `train` ones are held out, the run records the splits
+    and the method's search votes a category with them; val itself is refused."""
+    skb_id = conn.execute("select stark.skb_id(%s)", (SKB,)).fetchone()[0]
+    conn.execute("insert into stark.query (skb_id, query_id, split, body, answer_ids) "
+                 "select skb_id, query_id + 1000000, 'extra', body, answer_ids from stark.query "
+                 "where skb_id = %s and split = 'val'", (skb_id,))
+    try:
+        report = train_agent(conn, SKB, settings(llm, iterations=0, limit=None, splits=("train", "extra")))
+        counts = dict(conn.execute("select split, count(*) from stark.query where skb_id = %s "
+                                   "and cardinality(answer_ids) > 0 group by split", (skb_id,)).fetchall())
+        assert sum(c.train + c.holdout for c in report.categories) == counts["train"] + counts["extra"]
+        holdout = sum(c.holdout for c in report.categories)
+        assert 0 < holdout <= counts["train"] * 0.4 + len(report.categories)   # drawn from train's questions
+        settings_row = conn.execute("select settings from stark.agent_run where run_id = %s",
+                                    (report.run_id,)).fetchone()
+        assert settings_row[0]["splits"] == ["train", "extra"]
+        _, _, splits = agent_method.trained_programs(conn, SKB, skb_id, report.run_id)
+        assert splits == ["train", "extra"]
+    finally:
+        conn.execute("delete from stark.query where skb_id = %s and split = 'extra'", (skb_id,))
+    with pytest.raises(ValueError, match="reported on"):
+        train_agent(conn, SKB, settings(llm, iterations=0, splits=("train", "val")))
+    with pytest.raises(ValueError, match="no-such-split"):
+        train_agent(conn, SKB, settings(llm, iterations=0, splits=("no-such-split",)))

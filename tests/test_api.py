@@ -12,15 +12,29 @@ from pathlib import Path
 import pytest
 
 import stark_pg
-from conftest import cli_runner, indexed_synthetic
+from conftest import cli_runner, cloned_database
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-SKB = "synthetic-1000"        # the name README command 1 gives its SKB; here 800 nodes, indexed like it
+SKB = "synthetic-1000"        # README command 1's SKB, built as it builds it
 
 
 @pytest.fixture(scope="module")
 def api_url(server_url, template_db):
-    with indexed_synthetic(server_url, template_db, "stark_api", SKB, seed=3) as url:
+    """What README command 1 makes: `load synthetic --nodes 1000`, `index --relation-fields` (chunks
+    are not built by default), `train mfar --variant lexical`."""
+    from loaders.synthetic import SyntheticSource
+    from stark_pg.db import connect
+    from stark_pg.index.dense import build_dense
+    from stark_pg.index.lexical import build_lexical, relation_scopes
+    from stark_pg.skb.store import load_skb
+    from stark_pg.train.mfar import TrainSettings, train_mfar
+
+    with cloned_database(server_url, template_db, "stark_api") as url:
+        with connect(url) as conn:
+            load_skb(conn, SyntheticSource(nodes=1000), SKB)
+            build_lexical(conn, SKB, extra_scopes=relation_scopes(conn, SKB))
+            build_dense(conn, SKB, multi_vector=False)
+            train_mfar(conn, SKB, TrainSettings(variant="lexical"))
         yield url
 
 
@@ -206,4 +220,10 @@ def test_the_readmes_python_examples_run(api_url, monkeypatch, capsys):
     printed = capsys.readouterr().out
     assert "unknown method 'bm26'" in printed and str(session["hits"].node_ids) in printed
     assert set(session["result"].summary) == {"bm25", "vss", "hybrid"} and len(session["hits"]) == 5
+    # the question asks for drugs and gets them: its answer first by mfar and by the weighted hybrid
+    with stark_pg.connect(api_url) as db:
+        (answer,) = db.conn.execute("select answer_ids from stark.query where body = %s",
+                                    (session["question"],)).fetchone()
+    assert answer == [886] and "1 886 drug Firavir" in printed
+    assert session["hits"][0].node_id == 886 and session["hits"][0].type == "drug"
     assert session["db"].closed

@@ -18,3 +18,19 @@ def test_db_upgrade_json(cli):
     assert report["before"] == report["after"] and report["upgraded"] is False
     status = json.loads(cli("db", "status", "--json").stdout)
     assert report["after"] == status["head_revision"]
+
+
+def test_db_status_shows_the_embedding_endpoint_never_its_key(cli, monkeypatch):
+    status = json.loads(cli("db", "status", "--json").stdout)
+    assert status["embedding_endpoint"] is None
+    assert "none set (stark-pg db embedding-endpoint URL)" in cli("db", "status").stdout
+    monkeypatch.setenv("STARK_PG_TEST_EMBED_KEY", "sk-never-shown-4711")
+    cli("db", "embedding-endpoint", "http://127.0.0.1:9/v1", "--timeout", "2.5", "--api-key-env",
+        "STARK_PG_TEST_EMBED_KEY")
+    done = cli("db", "status", "--json")
+    endpoint = json.loads(done.stdout)["embedding_endpoint"]
+    assert {k: endpoint[k] for k in ("url", "timeout_s", "api_key")} == {
+        "url": "http://127.0.0.1:9", "timeout_s": 2.5, "api_key": True}
+    text = cli("db", "status").stdout
+    assert "http://127.0.0.1:9/v1/embeddings, timeout 2.5 s, with API key" in text
+    assert "sk-never-shown-4711" not in done.stdout + text

@@ -125,7 +125,7 @@ def test_each_method_end_to_end(conn, llm, answers, method):
     if method == "kar":
         entities = trace["entities"]
         assert entities[0]["pseudo"] and len(entities) == 2
-        gene = re.match(r"Which drugs target the gene or protein (.*)\?", q).group(1)
+        gene = re.match(r"Which drugs target the gene or protein (.*) and are noted for .*\?", q).group(1)
         assert entities[1]["entity"] == gene and entities[1]["name"] == gene     # matched to its node
         assert trace["neighbours"] and trace["sql"].startswith("with anchors as")
         assert trace["triples"]["sent"] > 2
@@ -153,7 +153,7 @@ def test_kar_sends_documents_that_reach_the_answers(conn, llm, answers):
     may prefer other genes named like the query's to the drugs it asks for: that is DRF's nature."""
     llm.responder = good_llm(answers)
     rows = conn.execute("select body, answer_ids from stark.query where skb_id = stark.skb_id(%s) and "
-                        "(body like 'Which genes or proteins interact with the pathway %%' or "
+                        "(body like 'Which genes or proteins noted for %% interact with the pathway %%' or "
                         " body like 'Which drugs target the gene or protein %%') order by query_id limit 8",
                         (SKB,)).fetchall()
     assert len(rows) >= 4
@@ -274,7 +274,7 @@ def test_query_weight_mixes_the_plain_query_back_in(conn, llm, answers):
     """query_weight=1 is the plain query's embedding (VSS exactly); 0 the expanded one; between, a mix."""
     llm.responder = good_llm(answers)
     q = conn.execute("select body from stark.query where skb_id = stark.skb_id(%s) and body like "
-                     "'What drugs are indicated for %%' order by query_id limit 1", (SKB,)).fetchone()[0]
+                     "'What drugs indicated for %% are noted for %%' order by query_id limit 1", (SKB,)).fetchone()[0]
     plain = vss_method.search(conn, SKB, q, 30).node_ids
     rankings = {w: get_method("hyde").search(conn, SKB, q, 30, options("hyde", llm, query_weight=w))
                 for w in (0.0, 0.5, 1.0)}

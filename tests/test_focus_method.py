@@ -33,7 +33,7 @@ SKB = "synthetic-focus-e2e"
 
 def _template_pattern(wording: str) -> re.Pattern:
     text = re.escape(wording)
-    for field, group in (("anchor0", "a0"), ("anchor1", "a1"), ("value", "v")):
+    for field, group in (("anchor0", "a0"), ("anchor1", "a1"), ("value", "v"), ("trait", "t")):
         text = text.replace(re.escape("{" + field + "}"), f"(?P<{group}>.+?)")
     return re.compile("^" + text + "$")
 
@@ -121,7 +121,7 @@ def test_perfect_triplets_put_the_answers_first_and_replay_from_the_cache(conn, 
     before = len(llm.requests)
     first = run_method(conn, skb_id, SKB, "4stepfocus", options(llm), val, depth=100, resolve=get_method)
     assert len(llm.requests) - before == len(val.queries)          # one triplet request per query
-    plain = {t.key for t in TEMPLATES if t.attribute is None}
+    plain = {t.key for t in TEMPLATES if t.attribute is None and not t.trait}     # nothing but relations
     rows = conn.execute("select q.query_id, q.body, r.ranked_ids, r.answer_ids, r.trace, r.error "
                         "from stark.eval_result r join stark.query q on q.skb_id = r.skb_id and q.query_id = r.query_id "
                         "where r.run_id = %s", (first.run_id,)).fetchall()
@@ -189,7 +189,7 @@ def test_garbage_from_the_llm_fails_the_query_and_the_run_goes_on(conn, llm):
 
 def test_rerank_orders_the_top_by_the_llms_scores(conn, llm):
     question = conn.execute("select body from stark.query where skb_id = stark.skb_id(%s) and body like "
-                            "'Which genes or proteins interact with the pathway %%' limit 1", (SKB,)).fetchone()[0]
+                            "'Which genes or proteins noted for %% interact with the pathway %%' limit 1", (SKB,)).fetchone()[0]
     favourite = {}
 
     def responder(kind, body):
@@ -220,7 +220,7 @@ def test_search_explain_on_the_command_line(synthetic_url, llm):
     with psycopg.connect(synthetic_url) as c:
         gene = c.execute("select name from stark.node where skb_id = stark.skb_id(%s) and type = 'gene/protein' "
                          "order by node_id limit 1", (SKB,)).fetchone()[0]
-    question = f"Which drugs target the gene or protein {gene}?"
+    question = f"Which drugs target the gene or protein {gene} and are noted for renal excretion?"
     env = os.environ | {"STARK_PG_DSN": synthetic_url, "COLUMNS": "200"}
     args = [sys.executable, "-m", "stark_pg", "search", SKB, question, "-m", "4stepfocus", "-k", "5",
             "-o", "llm=openai:fake-oracle", "-o", f"base_url={llm.openai_url}", "-o", "respect_relations=true",
@@ -241,7 +241,7 @@ def test_answer_type_paper_setting_ranks_the_llms_type_first_and_the_default_mix
     the paper: every node of the LLM's type ahead of every other. Mixed in, the training queries'
     vote outweighs a wrong LLM type once the LLM's share is under a half."""
     question = conn.execute("select body from stark.query where skb_id = stark.skb_id(%s) and split = 'val' and body "
-                            "like 'Which genes or proteins interact with the pathway %%' limit 1", (SKB,)).fetchone()[0]
+                            "like 'Which genes or proteins noted for %% interact with the pathway %%' limit 1", (SKB,)).fetchone()[0]
     llm.responder = lambda kind, body: json.dumps({"target": "?x1", "target_type": "disease", "triplets": []})
     paper = focus.search(conn, SKB, question, 60, options(llm, type_weight=2.0, llm_type_share=1.0, cache="refresh"))
     types = dict(conn.execute("select node_id, type from stark.node where skb_id = stark.skb_id(%s)", (SKB,)).fetchall())
@@ -262,7 +262,7 @@ def test_answer_type_paper_setting_ranks_the_llms_type_first_and_the_default_mix
 def test_a_constant_the_question_does_not_name_is_dropped(conn, llm):
     """Small models copy entities from the prompt's examples: such a constant must not steer the search."""
     question = conn.execute("select body from stark.query where skb_id = stark.skb_id(%s) and body like "
-                            "'Which genes or proteins interact with the pathway %%' limit 1", (SKB,)).fetchone()[0]
+                            "'Which genes or proteins noted for %% interact with the pathway %%' limit 1", (SKB,)).fetchone()[0]
     stranger = conn.execute("select name from stark.node where skb_id = stark.skb_id(%s) and type = 'drug' "
                             "order by node_id limit 1", (SKB,)).fetchone()[0]
     assert stranger.lower() not in question.lower()

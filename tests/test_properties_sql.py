@@ -325,6 +325,8 @@ FUNCTIONS = {
     "require_skb": (["text"], [names]),
     "require_scope": (["text", "text"], [names, scopes]),
     "edge_both_ways": (["int"], [skb_ids]),
+    "tuned_options": (["int", "text"], [skb_ids, st.sampled_from(["hybrid", "bm25", "", None])]),
+    "hybrid_tuned_keys": ([], []),
     "neighbors": (["text", "bigint", "text", "int"],
                   [names, nodes, st.sampled_from(["ppi", "target", None, ""]), ints]),
     "bm25": (["text", "text", "int", "text", "float8", "float8", "text"],

@@ -196,3 +196,36 @@ def test_workers_make_and_store_what_a_sequential_run_does(db, server):
         bodies = conn.execute("select split, body from stark.query where split in ('one', 'four') "
                               "order by split, query_id").fetchall()
         assert [b for s, b in bodies if s == "one"] == [b for s, b in bodies if s == "four"]
+
+
+def test_the_prefilter_verifies_at_most_n_candidates_the_nearest_ones(db, server):
+    """--prefilter 2: per item the gold and the one other candidate nearest its requirements are asked
+    about; every other candidate is marked prefiltered and is not an answer; the estimate counts it."""
+    from stark_pg.synthesize.prefilter import shortlist
+
+    with connect(db) as conn:
+        settings = SynthSettings(mode="llm", split="prefiltered", seed=4, min_answers=3, prefilter=2)
+        dry = synthesize(conn, SKB, settings, limit=4, client=client(conn, server), dry_run=True)
+        full = synthesize(conn, SKB, SynthSettings(mode="llm", split="unused", seed=4, min_answers=3), limit=4,
+                          client=client(conn, server), dry_run=True)
+        assert dry["estimate"]["calls_high"] < full["estimate"]["calls_high"]
+        synthesize(conn, SKB, settings, limit=4, client=client(conn, server))
+        skb_id = conn.execute("select stark.skb_id(%s)", (SKB,)).fetchone()[0]
+        items = [i for i in provenance(conn, "prefiltered") if i["outcome"] == "kept"]
+        assert items
+        for item in items:
+            asked = [n for n, v in item["verdicts"].items() if not v.get("prefiltered")]
+            skipped = {int(n) for n, v in item["verdicts"].items() if v.get("prefiltered")}
+            assert len(item["candidates"]) >= 3 and len(asked) == 2 and str(item["gold"]) in asked
+            assert len(skipped) == len(item["candidates"]) - 2 and not skipped & set(item["answers"])
+            others = [c for c in item["candidates"] if c != item["gold"]]
+            assert [int(n) for n in asked if int(n) != item["gold"]] == \
+                [c for c in others if c not in skipped]
+        # the same plan as without the prefilter, and a split made without one cannot be continued with one
+        with pytest.raises(pipeline.SynthesizeError, match="other settings"):
+            synthesize(conn, SKB, SynthSettings(mode="llm", split="prefiltered", seed=4, min_answers=3), limit=5,
+                       client=client(conn, server))
+    docs = {1: "a drug that acts on inflammation of the bowel", 2: "a gene of the nucleus", 3: "an inflammation drug"}
+    assert shortlist(["acts on inflammation"], docs, [1, 2, 3], 2) == [1, 3]     # nearest two, in the given order
+    assert shortlist(["acts on inflammation"], docs, [1, 2, 3], 5) == [1, 2, 3]
+    assert shortlist(["acts on inflammation"], docs, [1, 2, 3], 0) == []

@@ -14,7 +14,7 @@ import numpy as np
 import psycopg
 import pytest
 
-from loaders.synthetic import RELATIONS, TEMPLATES, SyntheticSource
+from loaders.synthetic import RELATIONS, TEMPLATES, TRAITS, SyntheticSource
 from stark_pg.skb.records import LoadError
 
 # STaRK-Prime's node and relation types (stark's PrimeKG SKB), written out here on purpose: the
@@ -48,6 +48,8 @@ ENDPOINTS = {
 ATTRIBUTE_IN_TEXT = {DRUG: re.compile(r"supplied as an? ([a-z ]+)\."),
                      DISEASE: re.compile(r" is an? ([a-z]+) disease characterised"),
                      GENE: re.compile(r"gene of the ([a-z ]+) family")}
+# Where it states its trait (drugs, genes, diseases): the textual requirement questions may add.
+TRAIT_IN_TEXT = re.compile(r" It is noted for ([^.]+)\.")
 
 N = 2000
 
@@ -136,8 +138,15 @@ def test_degrees_are_heavy_tailed(small):
     assert values[len(values) // 100] > 5 * mean          # a fat top percentile, not a single outlier
 
 
+def test_traits_are_distinct_phrases_without_shared_words():
+    for node_type, traits in TRAITS.items():
+        assert len(traits) == len(set(traits)) == 24, node_type
+        words = [w for t in traits for w in set(re.findall(r"[a-z0-9]{3,}", t.lower())) if w not in ("the", "and")]
+        assert len(words) == len(set(words)), (node_type, [w for w in words if words.count(w) > 1])
+
+
 def test_names_unique_and_text_states_the_attribute(small):
-    _, nodes, _, _ = small
+    source, nodes, _, _ = small
     names = [n.name for n in nodes.values()]
     assert all(names) and len(set(names)) == len(names)
     for node in nodes.values():
@@ -149,6 +158,9 @@ def test_names_unique_and_text_states_the_attribute(small):
             assert ATTRIBUTE_IN_TEXT[node.type].search(text).group(1) == value
         else:
             assert node.attrs is None
+        stated = TRAIT_IN_TEXT.search(text)
+        assert (stated.group(1) if stated else None) == source.traits([node.node_id])[0]
+        assert (stated is not None) == (node.type in TRAITS)
     big = SyntheticSource(nodes=200_000, seed=1)
     sample = np.arange(0, 200_000, 7)
     assert len(set(big.names(sample))) == len(sample)
@@ -189,6 +201,10 @@ def test_every_answer_set_is_exact_by_brute_force(small):
         pattern = ATTRIBUTE_IN_TEXT.get(node.type)
         return pattern.search(node.fields["description"]).group(1) if pattern else None
 
+    def trait(node) -> str | None:
+        stated = TRAIT_IN_TEXT.search(node.fields["description"])
+        return stated.group(1) if stated else None
+
     checked = Counter()
     for query in queries:
         template, match = next((t, m) for t in TEMPLATES if (m := _wording_regex(t.wording).match(query.body)))
@@ -202,6 +218,8 @@ def test_every_answer_set_is_exact_by_brute_force(small):
             if not all(a.node_id in reachable(node.node_id, path) for a, path in zip(anchors, template.paths)):
                 continue
             if template.attribute and attribute(node) != match.group("value"):
+                continue
+            if template.trait and trait(node) != match.group("trait"):
                 continue
             expected.add(node.node_id)
         assert set(query.answer_ids) == expected, query.body
@@ -238,10 +256,15 @@ def test_cli_load_stores_the_generator_output_and_sql_finds_the_same_answers(cli
                    join stark.edge e on e.skb_id = a.skb_id and e.dst = a.node_id and e.relation = %(relation)s
                    join stark.node n on n.skb_id = e.skb_id and n.node_id = e.src and n.type = %(answer)s
                    where a.skb_id = %(skb)s and a.name = %(anchor)s and a.type = %(anchor_type)s
-                     and (%(key)s::text is null or n.attrs ->> %(key)s = %(value)s)""",
+                     and (%(key)s::text is null or n.attrs ->> %(key)s = %(value)s)
+                     and (%(trait)s::text is null or exists (
+                          select 1 from stark.node_field f
+                          where f.skb_id = n.skb_id and f.node_id = n.node_id and f.field = 'description'
+                            and strpos(f.body, ' It is noted for ' || %(trait)s || '.') > 0))""",
                 {"relation": relation, "answer": template.answer, "skb": skb_id, "anchor": match.group("anchor0"),
                  "anchor_type": anchor_type, "key": template.attribute,
-                 "value": match.group("value") if template.attribute else None}).fetchone()[0]
+                 "value": match.group("value") if template.attribute else None,
+                 "trait": match.group("trait") if template.trait else None}).fetchone()[0]
             assert found == query.answer_ids, query.body
             checked += 1
     assert checked >= 40

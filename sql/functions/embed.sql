@@ -402,7 +402,8 @@ comment on function stark.mfar_rank(text, text, text, int, text, int, double pre
     'mFAR from a question''s text: the stored model''s query-conditioned weights, then stark.mfar, top k.';
 
 -- The ranking of one LLM-free method from a question's text (stark.search adds the nodes' type and name):
--- each method's SQL function with the defaults of its Options in stark_pg/retrieve/METHOD.py.
+-- each method's SQL function with the defaults of its Options in stark_pg/retrieve/METHOD.py; hybrid given
+-- none of its fusion settings takes those `stark-pg tune` stored for the SKB (stark.tuned_options).
 create or replace function stark.search_ranking(skb text, query text, method text, k int, o jsonb)
 returns table (node_id bigint, score double precision)
 language plpgsql volatile as $$
@@ -427,6 +428,9 @@ begin
                                 stark.search_option(o, method, 'pool', 'int')::int,
                                 coalesce(stark.search_option(o, method, 'exact', 'bool')::boolean, false)) r;
     elsif method = 'hybrid' then
+        if not o ?| stark.hybrid_tuned_keys() then
+            o := coalesce(stark.tuned_options(stark.require_skb(skb), 'hybrid'), '{}'::jsonb) || o;
+        end if;
         return query select r.node_id, r.score
             from stark.hybrid(skb, query, stark.embed(query, model), k,
                               coalesce(stark.search_option(o, method, 'fusion', 'text'), 'rrf'),

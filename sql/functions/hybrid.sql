@@ -44,3 +44,21 @@ language sql stable as $$
 $$;
 comment on function stark.hybrid(text, text, vector, int, text, double precision, int, int, text) is
     'BM25 and VSS of the named SKB fused by reciprocal rank (fusion => ''rrf'') or normalised scores (''weighted'').';
+
+-- Hybrid's tuned defaults: the fusion settings `stark-pg tune` chose for the SKB on its train split
+-- (stark.tuned_setting), NULL when none are stored. A search that sets none of the keys named here
+-- (`stark.hybrid_tuned_keys()`) takes them; one that sets any of them takes the built-in defaults
+-- (RRF, weight 0.5, pool 100, rrf_k 60) for the rest (stark_pg/retrieve/hybrid.py resolve_options).
+create or replace function stark.hybrid_tuned_keys() returns text[]
+language sql immutable as $$
+    select array['fusion', 'weight', 'pool', 'rrf_k']
+$$;
+comment on function stark.hybrid_tuned_keys() is
+    'The hybrid settings `stark-pg tune` may store as an SKB''s defaults (fusion, weight, pool, rrf_k).';
+
+create or replace function stark.tuned_options(skb int, method text) returns jsonb
+language sql stable as $$
+    select t.options from stark.tuned_setting t where t.skb_id = skb and t.method = tuned_options.method
+$$;
+comment on function stark.tuned_options(int, text) is
+    'The settings `stark-pg tune` stored as a method''s defaults for an SKB (by skb_id), NULL if none.';

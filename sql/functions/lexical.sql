@@ -257,7 +257,10 @@ comment on function stark.require_scope(text, text) is
 -- The BM25 engine a ranked search uses: 'textsearch' (the scope's pg_textsearch index: block-max WAND
 -- skips to the postings that can still enter the top k) or 'sql' (stark.bm25_scores: exact, every
 -- posting of every query term). 'auto' takes the index when the scope has one built with the
--- requested k1 and b (they are index settings in pg_textsearch), the SQL engine otherwise.
+-- requested k1 and b (they are index settings in pg_textsearch), the SQL engine otherwise. On a hot
+-- standby (`stark-pg db replica add`) always the SQL engine: pg_textsearch 1.0.0 writes parts of its
+-- index without WAL, so a standby's copy of it cannot be read (its pages are missing there), while
+-- stark.lex_posting replicates like any table; both engines rank alike, so a standby ranks as the primary.
 create or replace function stark.bm25_engine(skb int, scope text, engine text default 'auto',
                                              k1 double precision default 1.2, b double precision default 0.75)
 returns text
@@ -273,6 +276,14 @@ begin
     end if;
     if engine = 'sql' then
         return 'sql';
+    end if;
+    if pg_is_in_recovery() then
+        if engine = 'auto' then
+            return 'sql';
+        end if;
+        raise exception 'a hot standby cannot read the pg_textsearch index of scope %', quote_literal(scope)
+            using errcode = 'feature_not_supported',
+                  hint = 'use engine sql (or auto) on a standby: pg_textsearch 1.0.0 does not replicate its index';
     end if;
     if idx is not null then
         select c.reloptions into settings from pg_class c where c.oid = idx;

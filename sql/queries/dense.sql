@@ -46,6 +46,19 @@ where i.relname = any(:names);
 -- The settings of the last build of an SKB with a model (NULL if none): a re-run reuses its index settings.
 select settings from stark.embedding_build where skb_id = :skb_id and model_id = :model_id;
 
+-- name: skb_encoder(skb, model)$
+-- The encoder (backend, quantize) an SKB's vectors of a model were built with: its queries are embedded
+-- alike. No row: no build; '{}': a build from before encoders were recorded, which used torch.
+select coalesce(b.settings -> 'encoder', '{}'::jsonb)
+from stark.embedding_build b join stark.embedding_model m on m.model_id = b.model_id
+where b.skb_id = stark.skb_id(:skb) and m.name = :model;
+
+-- name: set_build_encoder(skb_id, model_id, encoder)!
+-- A build that changes the encoder records it before it re-embeds anything, so that an interrupted
+-- build's queries are embedded as the vectors it already replaced (it deleted the others).
+update stark.embedding_build set settings = settings || jsonb_build_object('encoder', cast(:encoder as jsonb))
+where skb_id = :skb_id and model_id = :model_id;
+
 -- name: builds_of_skb(skb_id)
 -- The models an SKB has vectors of, with the settings of their last build (a replacing load
 -- refreshes each with the same settings: stark_pg.index.refresh).

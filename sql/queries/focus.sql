@@ -88,7 +88,7 @@ insert into stark.query_vector (skb_id, query_id, model, body_md5, vec)
 values (stark.skb_id(:skb), :query_id, :model, md5(:body), :vec)
 on conflict (skb_id, query_id, model) do update set body_md5 = excluded.body_md5, vec = excluded.vec;
 
--- name: answer_type_votes(skb, embedding, split, k, model, question)
--- The answer types the k nearest queries of a split vote for (sql/functions/answer_type.sql).
+-- name: answer_type_votes(skb, embedding, splits, k, model, question)
+-- The answer types the k nearest queries of some splits vote for (sql/functions/answer_type.sql).
 select node_type, share, voters
-from stark.answer_type_votes(:skb, :embedding, array[:split]::text[], :k, :model, :question);
+from stark.answer_type_votes(:skb, :embedding, :splits::text[], :k, :model, :question);

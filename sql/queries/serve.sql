@@ -121,3 +121,9 @@ union
 select coalesce(f.settings ->> 'query_encoder', f.embed_model) from stark.mfar_model f
 union
 select f.embed_model from stark.fusion_model f;
+
+-- name: model_encoders()
+-- Per embedding model, the encoder (backend, quantize) its most recent build recorded (NULL: torch).
+select distinct on (m.name) m.name, b.settings -> 'encoder'
+from stark.embedding_build b join stark.embedding_model m on m.model_id = b.model_id
+order by m.name, b.built_at desc;

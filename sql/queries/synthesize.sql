@@ -64,3 +64,11 @@ select q.query_id, q.body, q.answer_ids, s.template, s.hops
 from stark.query q left join stark.synth_question s on s.skb_id = q.skb_id and s.query_id = q.query_id
 where q.skb_id = :skb_id and q.split = :split
 order by q.query_id;
+
+-- name: synth_fully_verified(skb_id, split)
+-- LLM items kept with every candidate verified (none prefiltered): the sample the prefilter's recall is measured on.
+select seq, gold, candidates, answers, requirements -> 'textual' as requirements
+from stark.synth_question
+where skb_id = :skb_id and split = :split and mode = 'llm' and outcome = 'kept'
+  and not exists (select 1 from jsonb_each(verdicts) v where v.value ? 'prefiltered')
+order by seq;

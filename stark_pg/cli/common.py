@@ -27,6 +27,15 @@ class Context:
 
         return connect(self.dsn, **kwargs)
 
+    def reads(self):
+        """A function opening read connections (on a standby) when the DSN names several hosts: what an
+        evaluation searches on while it stores on the primary; None for a DSN of one server."""
+        from stark_pg.db import connect
+        from stark_pg.db.connection import resolve_dsn, several_hosts
+
+        url = resolve_dsn(self.dsn)
+        return (lambda: connect(url, read=True)) if several_hosts(url) else None
+
 
 def state(ctx: typer.Context) -> Context:
     return ctx.ensure_object(Context)

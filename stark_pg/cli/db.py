@@ -10,19 +10,24 @@ import typer
 from stark_pg.cli.common import fail, out, print_json, state
 
 app = typer.Typer(help="The PostgreSQL database stark-pg uses: status, URL, psql, migrations (up and down), the "
-                       "embedding endpoint of stark.embed, stop.",
+                       "embedding endpoint of stark.embed, hot standbys, stop.",
                   no_args_is_help=True)
+replica_app = typer.Typer(help="Hot standbys of the embedded server: read-only copies that follow it by streaming "
+                               "replication, for searches and the ranking half of evaluations (docs/scale-out.md).",
+                          no_args_is_help=True)
+app.add_typer(replica_app, name="replica")
 
 
 @app.command()
 def status(ctx: typer.Context, json_: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """Where the database is, its PostgreSQL and pgvector versions, the extensions stark-pg can use
     (vector required; pg_textsearch, vectorscale optional: on the server, installed here), schema
-    revision, whether the SQL functions are this stark-pg's, loaded SKBs and the memory settings (the
+    revision, whether the SQL functions are this stark-pg's, loaded SKBs, the memory settings (the
     embedded server's come from one profile sized to the machine; STARK_PG_MEMORY_MB sets its budget for
-    new clusters)."""
+    new clusters) and the embedding endpoint stark.embed calls (`stark-pg db embedding-endpoint`: its URL
+    and timeout, whether a key goes with it, never the key)."""
     from stark_pg.db import embedded
-    from stark_pg.db.connection import redact_dsn, resolve_dsn
+    from stark_pg.db.connection import primary_dsn, redact_dsn, resolve_dsn
     from stark_pg.db.extensions import extensions
     from stark_pg.db.functions import installed_checksum, shipped_checksum
     from stark_pg.db.migrate import current_revision, head_revision
@@ -39,31 +44,82 @@ def status(ctx: typer.Context, json_: bool = typer.Option(False, "--json", help=
         skbs = all_skb_names(conn)
         memory = dict(queries().memory_settings(conn, names=list(PROFILE_SETTINGS)))
         installed = installed_checksum(conn)
+        standby = bool(queries().in_recovery(conn))
+        standbys = [] if standby else [dict(zip(STANDBY_COLUMNS, row)) for row in queries().standbys(conn)]
+        endpoint = _endpoint_status(conn)
     info = {
         "embedded": ctx_.dsn is None, "url": redact_dsn(url),
         "pgdata": str(embedded.pgdata_dir()) if ctx_.dsn is None else None,
         "postgresql": server, "pgvector": vector,
         "extensions": {ext.name: ext.as_dict() for ext in found},
-        "schema_revision": current_revision(url), "head_revision": head_revision(),
+        "schema_revision": current_revision(primary_dsn(url)), "head_revision": head_revision(),
         "functions": "current" if installed == shipped_checksum() else ("other" if installed else "not installed"),
         "functions_checksum": installed, "skbs": skbs,
-        "memory": memory,
+        "memory": memory, "role": "standby" if standby else "primary", "standbys": standbys,
+        "embedding_endpoint": endpoint,
     }
     if json_:
         print_json(info)
         return
     info["extensions"] = [ext.describe() for ext in found]
     info["memory"] = [f"{name} {value}" for name, value in memory.items()]
+    info["standbys"] = [_describe_standby(row) for row in standbys] or "none"
+    info["embedding_endpoint"] = _describe_endpoint(endpoint)
     for key, value in info.items():
         out.print(f"[bold]{key:>16}[/]  {', '.join(value) if isinstance(value, list) else value}", highlight=False)
 
 
+STANDBY_COLUMNS = ("name", "slot", "state", "client", "bytes_behind", "replay_lag_s", "wal_status")
+
+
+def _describe_standby(row: dict) -> str:
+    lag = f", replay lag {row['replay_lag_s']:.3f} s" if row["replay_lag_s"] is not None else ""
+    lost = f", slot {row['wal_status']}" if row["wal_status"] in ("lost", "unreserved") else ""
+    return f"{row['name']} {row['state']}, {row['bytes_behind'] or 0} bytes behind{lag}{lost}"
+def _endpoint_status(conn) -> dict | None:
+    """stark.embed's endpoint as status shows it: URL, timeout, whether a key is set (never the key); None
+    when none is set; {"readable": False} for a role that may not read the owner's setting."""
+    import psycopg
+
+    from stark_pg.resources import queries
+
+    try:
+        with conn.transaction():
+            row = queries().embed_endpoint(conn)
+    except psycopg.errors.InsufficientPrivilege:
+        return {"readable": False}
+    if row is None:
+        return None
+    return {"url": row[0], "timeout_s": row[2] / 1000, "api_key": bool(row[1]), "set_at": row[3]}
+
+
+def _describe_endpoint(endpoint: dict | None) -> str:
+    if endpoint is None:
+        return "none set (stark-pg db embedding-endpoint URL)"
+    if not endpoint.get("readable", True):
+        return "not readable by this role (the database owner's setting)"
+    return (f"{endpoint['url']}/v1/embeddings, timeout {endpoint['timeout_s']:g} s, "
+            f"{'with' if endpoint['api_key'] else 'no'} API key")
+
+
 @app.command()
-def url(ctx: typer.Context) -> None:
+def url(ctx: typer.Context,
+        standbys: bool = typer.Option(False, "--standbys", help="The embedded server and its running standbys in "
+                                                                "one multi-host URL (load_balance_hosts=random): "
+                                                                "given as --dsn, searches read from a standby and "
+                                                                "writes go to the primary.")) -> None:
     """Print the connection URL (for psql, SQLAlchemy, or an application)."""
     from stark_pg.db.connection import resolve_dsn
 
-    print(resolve_dsn(state(ctx).dsn))
+    ctx_ = state(ctx)
+    found = resolve_dsn(ctx_.dsn)
+    if standbys:
+        from stark_pg.db import replica
+
+        if ctx_.dsn is not None:
+            fail("--standbys: only for the embedded server (write the hosts into your own --dsn)")
+        found = replica.routed_url(found, [r for r in replica.replicas() if r.pid is not None])
+    print(found)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -100,10 +156,10 @@ def psql_binary() -> str:
 def upgrade(ctx: typer.Context,
             json_: bool = typer.Option(False, "--json", help="Print the revisions before and after as JSON.")) -> None:
     """Apply pending schema migrations (they also run automatically on first use)."""
-    from stark_pg.db.connection import resolve_dsn
+    from stark_pg.db.connection import primary_dsn, resolve_dsn
     from stark_pg.db.migrate import current_revision, upgrade as run_upgrade
 
-    url_ = resolve_dsn(state(ctx).dsn)
+    url_ = primary_dsn(resolve_dsn(state(ctx).dsn))     # alembic takes one host
     before = current_revision(url_)
     run_upgrade(url_)
     after = current_revision(url_)
@@ -126,10 +182,10 @@ def downgrade(ctx: typer.Context,
     functions are left for the older stark-pg to install when it connects. Nothing goes below the
     baseline, 0040. This stark-pg upgrades the database again the next time it connects: run the older
     one next."""
-    from stark_pg.db.connection import resolve_dsn
+    from stark_pg.db.connection import primary_dsn, resolve_dsn
     from stark_pg.db.migrate import current_revision, downgrade as run_downgrade, downgrade_steps
 
-    url_ = resolve_dsn(state(ctx).dsn)
+    url_ = primary_dsn(resolve_dsn(state(ctx).dsn))     # alembic takes one host
     before = current_revision(url_)
     steps = downgrade_steps(url_, revision)
     if json_ and not yes:
@@ -207,12 +263,115 @@ def embedding_endpoint(
 
 @app.command()
 def stop(json_: bool = typer.Option(False, "--json", help="Print {\"stopped\": true|false} as JSON.")) -> None:
-    """Stop the embedded PostgreSQL server (it restarts on the next command)."""
-    from stark_pg.db import embedded
+    """Stop the embedded PostgreSQL server and its standbys (they restart on the next command)."""
+    from stark_pg.db import embedded, replica
 
+    replica.stop_all()
     stopped = bool(embedded.stop())
     if json_:
         print_json({"stopped": stopped})
         return
     out.print("stopped" if stopped else "the embedded server was not running")
 
+
+
+def _replica_errors():
+    from stark_pg.db.embedded import EmbeddedServerError
+    from stark_pg.db.replica import ReplicaError
+
+    return ReplicaError, EmbeddedServerError
+
+
+def _embedded_only(ctx: typer.Context) -> None:
+    if state(ctx).dsn is not None:
+        fail("stark-pg db replica manages standbys of the embedded server; with --dsn / STARK_PG_DSN, set up "
+             "standbys on that server (docker/compose.standby.yaml shows one) and name them in the DSN")
+
+
+@replica_app.command("add")
+def replica_add(ctx: typer.Context,
+                port: int = typer.Option(None, "--port", help="Its port (the name of its Unix socket; no TCP). "
+                                                              "Default: the lowest free one from 5433.",
+                                         show_default=False),
+                json_: bool = typer.Option(False, "--json", help="Print the standby (port, url, pgdata) as JSON.")) -> None:
+    """Make a hot standby of the embedded server (pg_basebackup -R from the server's own PostgreSQL) and start
+    it. Private like the primary: peer authentication for your OS user only, no TCP. The first one restarts
+    the primary once (wal_level replica). Its `url` serves searches; `stark-pg db url --standbys` gives the
+    multi-host URL that sends reads to the standbys and writes to the primary."""
+    from stark_pg.db import replica
+
+    _embedded_only(ctx)
+    try:
+        made = replica.add(port)
+    except _replica_errors() as exc:
+        fail(str(exc))
+    if json_:
+        print_json(made.as_dict())
+        return
+    out.print(f"standby on port {made.port}: {made.url}", highlight=False, soft_wrap=True)
+
+
+@replica_app.command("list")
+def replica_list(ctx: typer.Context,
+                 json_: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+    """The standbys of the embedded server: port, running or not, how far behind the primary, URL."""
+    from stark_pg.db import replica
+
+    _embedded_only(ctx)
+    found = replica.replicas()
+    lag = {}
+    if found:
+        from stark_pg.resources import queries
+
+        with state(ctx).connect() as conn:
+            lag = {row[1]: dict(zip(STANDBY_COLUMNS, row)) for row in queries().standbys(conn)}
+    rows = [r.as_dict() | {"replication": lag.get(r.name)} for r in found]
+    if json_:
+        print_json(rows)
+        return
+    if not rows:
+        out.print("no standbys (stark-pg db replica add makes one)", highlight=False)
+    for row in rows:
+        state_ = _describe_standby(row["replication"]) if row["replication"] else "no replication slot"
+        out.print(f"{row['port']}  {'running' if row['running'] else 'stopped'}  {state_}  {row['url']}",
+                  highlight=False, soft_wrap=True)
+
+
+@replica_app.command("start")
+def replica_start(ctx: typer.Context,
+                  port: int = typer.Argument(None, help="The standby's port; default: every stopped standby.",
+                                             show_default=False),
+                  json_: bool = typer.Option(False, "--json", help="Print the ports started as JSON.")) -> None:
+    """Start stopped standbys (they start with the embedded server anyway; this is for one that was stopped
+    or died while the primary ran). Each catches up from its replication slot."""
+    from stark_pg.db import replica
+
+    _embedded_only(ctx)
+    state(ctx).connect(migrate=False).close()      # the primary first
+    try:
+        chosen = [replica.find(port)] if port is not None else replica.replicas()
+        started = [r.port for r in chosen if replica.start(r)]
+    except _replica_errors() as exc:
+        fail(str(exc))
+    if json_:
+        print_json({"started": started})
+        return
+    out.print(f"started {', '.join(map(str, started))}" if started else "every standby was running", highlight=False)
+
+
+@replica_app.command("remove")
+def replica_remove(ctx: typer.Context,
+                   port: int = typer.Argument(..., help="The standby's port (stark-pg db replica list)."),
+                   json_: bool = typer.Option(False, "--json", help="Print {\"removed\": PORT} as JSON.")) -> None:
+    """Stop a standby, drop its replication slot on the primary and delete its data directory."""
+    from stark_pg.db import replica
+
+    _embedded_only(ctx)
+    try:
+        replica.remove(port)
+    except _replica_errors() as exc:
+        fail(str(exc))
+    if json_:
+        print_json({"removed": port})
+        return
+    out.print(f"removed the standby on port {port}", highlight=False)

@@ -48,6 +48,8 @@ def evaluate(
     """Run every query through every method; store rankings, answer ranks, metrics, latency and traces.
 
     Results go to stark.eval_run / stark.eval_result. Re-running an interrupted evaluation continues it.
+    A latency (p50/p95 ms) is a question's search with the method alone: its query embedding counts even
+    when another method of the run embedded the question first.
     """
     from stark_pg.eval.report import write_report
     from stark_pg.eval.session import choose_queries, guess_dataset, method_options, run_methods
@@ -71,7 +73,7 @@ def evaluate(
         skb_id = require_skb(conn, name)
         chosen = choose_queries(conn, skb_id, name, split, queries, limit)
         outcomes = run_methods(conn, skb_id, name, settings, chosen, resolve=get_method, depth=depth,
-                               stored_k=stored_k, progress=progress)
+                               stored_k=stored_k, progress=progress, reads=state(ctx).reads())
         report = None
         if out_dir:
             report = write_report(conn, skb_id, name, split, outcomes, out_dir, context or guess_dataset(name),

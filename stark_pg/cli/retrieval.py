@@ -49,6 +49,14 @@ def index(
                                                       "cuda, cuda:N or mps. Default: STARK_PG_DEVICE, else auto."),
     half: bool = typer.Option(False, "--half", help="Embed in half precision (float16) on a GPU; ignored on "
                                                     "the CPU. Vectors are stored as float32 either way."),
+    backend: str = typer.Option(None, "--backend", help="How a local model computes vectors: torch, onnx (ONNX "
+                                                        "Runtime) or openvino, or auto (onnx on the CPU, torch on a "
+                                                        "GPU). Exported once, cached under STARK_PG_HOME/models; "
+                                                        "recorded with the vectors, and the SKB's queries are "
+                                                        "embedded alike. Default: as the last build, else auto."),
+    quantize: bool = typer.Option(None, "--quantize/--no-quantize",
+                                  help="int8 weights (onnx or openvino): faster, vectors a little further from "
+                                       "torch's. Default: as the last build, else no.", show_default=False),
     batch_size: int = typer.Option(32, "--batch-size", help="Texts per forward pass of the embedding model "
                                                             "(32 suits a CPU; a GPU takes hundreds), or per "
                                                             "request to an openai: model."),
@@ -82,23 +90,29 @@ def index(
         fail(f"--batch-size {batch_size}: must be at least 1")
     bound = concurrent_calls(workers)
     if dense:
-        from stark_pg.embed import DeviceError, requested_device
+        from stark_pg.embed import DeviceError, EncoderError, check_backend, requested_device
 
         try:
             requested_device(device, "--device")       # the form only: availability is known once torch loads
-        except DeviceError as exc:
+            check_backend(backend, "--backend")
+        except (DeviceError, EncoderError) as exc:
             fail(str(exc))
     if dry_run:
-        return _dry_run(ctx, name, model, multi_vector, device, half, batch_size, json_)
+        return _dry_run(ctx, name, model, multi_vector, device, half, batch_size, json_, backend, quantize)
     progress = reporter(quiet or json_)
     report: dict = {}
     if dense:
+        from stark_pg.embed import EncoderError
         from stark_pg.index.dense import IndexSettings
 
         try:        # bad values fail before anything is built (a build resolves them against the last one)
             IndexSettings.resolve(None, index=vector_index, storage=storage, m=hnsw_m,
                                   ef_construction=hnsw_ef_construction)
-        except OptionError as exc:
+            if backend and quantize:
+                from stark_pg.embed import Encoder
+
+                Encoder(backend if backend != "auto" else "onnx", True).checked()
+        except (OptionError, EncoderError) as exc:
             fail(str(exc))
     with bound, state(ctx).connect() as conn:
         if lexical:
@@ -119,10 +133,10 @@ def index(
                 report["dense"] = build_dense(conn, name, model=model, multi_vector=multi_vector, progress=progress,
                                               index=vector_index, storage=storage, m=hnsw_m,
                                               ef_construction=hnsw_ef_construction, device=device, half=half,
-                                              encode_batch=batch_size,
+                                              encode_batch=batch_size, backend=backend, quantize=quantize,
                                               # enough texts per committed batch for every worker's request
                                               batch_size=max(BATCH_SIZE, batch_size * current()))
-            except OptionError as exc:
+            except (OptionError, EncoderError) as exc:
                 fail(str(exc))
             for notice in report["dense"]["notices"]:
                 err.print(f"notice: {notice}", highlight=False)
@@ -152,7 +166,7 @@ def index(
         elif "api" in encoding:          # an embedding API: no device or precision of ours
             how = f", {encoding['api']}"
         else:
-            how = f", {encoding['device']}, {encoding['precision']}"
+            how = f", {encoding['device']}, {encoding['backend']}, {encoding['precision']}"
         settings = dense_report["index"]
         kind = (f"{settings['index'].upper()}" + (f" (m={settings['m']}, ef_construction={settings['ef_construction']}"
                                                   f", {settings['storage']})" if settings["index"] == "hnsw" else ""))
@@ -170,13 +184,17 @@ def index(
 
 
 def _dry_run(ctx, name: str, model: str | None, multi_vector: bool | None, device: str | None, half: bool,
-             batch_size: int, json_: bool) -> None:
+             batch_size: int, json_: bool, backend: str | None = None, quantize: bool | None = None) -> None:
     """`index --dry-run`: what a build would embed and how long it would take, nothing written."""
+    from stark_pg.embed import EncoderError
     from stark_pg.index.dense import plan_dense
 
     with state(ctx).connect() as conn:
-        plan = plan_dense(conn, name, model=model, multi_vector=multi_vector, device=device, half=half,
-                          encode_batch=batch_size)
+        try:
+            plan = plan_dense(conn, name, model=model, multi_vector=multi_vector, device=device, half=half,
+                              encode_batch=batch_size, backend=backend, quantize=quantize)
+        except EncoderError as exc:
+            fail(str(exc))
     if json_:
         print_json(plan)
         return
@@ -193,7 +211,8 @@ def _dry_run(ctx, name: str, model: str | None, multi_vector: bool | None, devic
               + (f", {took(estimate['chunks_seconds'])}" if estimate else "") + f" ({asked})", highlight=False)
     if estimate:
         out.print(f"estimate from embedding {estimate['sample']['documents']} documents and "
-                  f"{estimate['sample']['chunks']} chunks here ({estimate['encoding']['device']}); the vector "
+                  f"{estimate['sample']['chunks']} chunks here ({estimate['encoding']['device']}, "
+                  f"{estimate['encoding']['backend']}, {estimate['encoding']['precision']}); the vector "
                   "indexes' build comes on top", highlight=False, soft_wrap=True)
     else:
         out.print("no time estimate for an embedding API (texts already cached cost nothing)", highlight=False)
@@ -281,7 +300,7 @@ def search(
                                     explain=explain)
     except (UnknownMethod, OptionError) as exc:
         fail(str(exc))
-    with concurrent_calls(workers), state(ctx).connect() as conn:
+    with concurrent_calls(workers), state(ctx).connect(read=True) as conn:     # a standby where the DSN names one
         hits, ranking = search_described(conn, name, query, module, options, k)
     results = [hit.to_dict() for hit in hits]
     if json_:

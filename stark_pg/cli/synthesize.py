@@ -53,6 +53,11 @@ def make(
     min_doc_chars: int = typer.Option(200, "--min-doc-chars", help="LLM mode: a gold's document needs at least this "
                                                                   "many characters to read requirements from."),
     doc_chars: int = typer.Option(800, "--doc-chars", help="LLM mode: documents are cut to this length in prompts."),
+    prefilter: int = typer.Option(None, "--prefilter", min=1, metavar="N",
+                                  help="LLM mode: verify at most N candidates of an item, the gold and those whose "
+                                       "documents are nearest its requirements (MiniLM); the rest are not answers. "
+                                       "Bounds the calls on large candidate sets (default: verify all; its recall: "
+                                       "docs/synthesize.md).", show_default=False),
     llm: str = typer.Option(None, "--llm", help="LLM mode: PROVIDER:MODEL (default: STARK_PG_LLM)."),
     base_url: str = typer.Option(None, "--base-url", help="LLM mode: OpenAI/Anthropic-compatible server (default: "
                                                           "STARK_PG_LLM_BASE_URL)."),
@@ -79,7 +84,7 @@ def make(
     settings = SynthSettings(split=split, seed=seed, min_answers=min_answers, max_answers=max_answers,
                              templates=str(templates) if templates else None, dataset=dataset,
                              mode="relational" if relational_only else "llm", golds=golds,
-                             min_doc_chars=min_doc_chars, doc_chars=doc_chars)
+                             min_doc_chars=min_doc_chars, doc_chars=doc_chars, prefilter=prefilter)
     with concurrent_calls(workers), state(ctx).connect() as conn:
         try:
             client = None

@@ -207,7 +207,11 @@ def agent(
                                                          "choose its program (never val)."),
     min_queries: int = typer.Option(8, "--min-queries", help="Answer types with fewer training questions share the "
                                                              "category 'any'."),
-    split: str = typer.Option("train", "--split", help="The split learned from."),
+    splits: str = typer.Option("train", "--splits", "--split", metavar="SPLIT[,SPLIT...]",
+                               help="Query splits learned from, e.g. train,synthetic (`stark-pg synthesize`). "
+                                    "Programs are written on all of them, chosen on held-out questions of `train` "
+                                    "when it is among them; a question's category is voted by these splits, at "
+                                    "training and at search time."),
     limit: int = typer.Option(None, "--limit", help="Only N training questions (shuffled with --seed)."),
     entities: bool = typer.Option(True, "--entities/--no-entities",
                                   help="Bind the entity slots (:entity_1, ...): one LLM call per question whose "
@@ -239,7 +243,7 @@ def agent(
     if plot:
         writable_file(Path(plot), "--plot")
     settings = AgentSettings(iterations=iterations, batch=batch, holdout=holdout, min_queries=min_queries,
-                             split=split, limit=limit, entities=entities, timeout_ms=timeout_ms, seed=seed, llm=llm,
+                             splits=tuple(splits.split(",")), limit=limit, entities=entities, timeout_ms=timeout_ms, seed=seed, llm=llm,
                              base_url=base_url, cache=cache)
     with concurrent_calls(workers), state(ctx).connect() as conn:
         try:

@@ -37,7 +37,8 @@ LOG_ROTATE_BYTES = 10 << 20
 # PostgreSQL's defaults; memory comes from one profile sized to the machine (stark_pg/db/profile.py).
 # shared_buffers takes effect on the restart that follows.
 # Not synchronous_commit = off: it let a commit (a whole load) be reported before it was on disk.
-# wal_level minimal: the private server has no replicas, and a load's new edge partition (created,
+# wal_level minimal: a private server without standbys needs no more (replica.py switches to replica
+# for the first standby), and a load's new edge partition (created,
 # filled and indexed in one transaction) then writes no WAL; it is fsynced at the commit instead.
 _TUNING = {
     "wal_level": "minimal",
@@ -56,6 +57,7 @@ class EmbeddedServer:
     pgdata: Path
     uri: str
     pid: int | None
+    started: bool = False       # this call started it (it was not running): its standbys want starting too
 
 
 def pgdata_dir() -> Path:
@@ -100,7 +102,8 @@ def _start(pgdata: Path) -> EmbeddedServer:
         machine_profile()           # a bad STARK_PG_MEMORY_MB stops here, before a cluster exists
     _check_pid_file(pgdata)
     _forget_stopped_handle(pgdata)
-    if _postmaster(pgdata) is None:
+    was_running = _postmaster(pgdata) is not None
+    if not was_running:
         _rotate_log(pgdata / "log")
     try:
         server = pgserver.get_server(pgdata, cleanup_mode=None)
@@ -119,7 +122,19 @@ def _start(pgdata: Path) -> EmbeddedServer:
         _untune_async_commit(pgdata, server.get_uri())
     _make_private(pgdata, server.get_uri())
     _lock_socket_dir(pgdata, server.get_postmaster_info().socket_dir)
-    return EmbeddedServer(pgdata=pgdata, uri=server.get_uri(), pid=server.get_pid())
+    return EmbeddedServer(pgdata=pgdata, uri=server.get_uri(), pid=server.get_pid(), started=not was_running)
+
+
+def restart() -> EmbeddedServer:
+    """Restart the embedded server (for settings that take a restart: replica.py's wal_level), with the
+    options it was started with; its clients lose their connections."""
+    import pgserver
+
+    pgdata = pgdata_dir()
+    with _start_lock(pgdata.parent):
+        _start(pgdata)
+        _restart(pgserver.get_server(pgdata, cleanup_mode=None))
+        return _start(pgdata)
 
 
 def _open_parents_to_the_server_only() -> None:
@@ -164,7 +179,10 @@ def _last_error(log: Path) -> str:
 
 _HBA = """# Written by stark-pg (stark_pg/db/embedded.py) at every start: only the OS user who runs stark-pg
 # may connect, over the Unix socket, as the roles of the map `stark` (pg_ident.conf); no TCP.
+# Replication connections (a hot standby's, `stark-pg db replica add`) likewise, mapped by `stark_replication`:
+# our OS user and the server's own (the one a standby runs as when stark-pg runs as root) as postgres.
 local all all peer map=stark
+local replication postgres peer map=stark_replication
 """
 
 
@@ -176,8 +194,11 @@ def _make_private(pgdata: Path, uri: str) -> None:
     import pwd
 
     owner = pwd.getpwuid(os.geteuid()).pw_name
+    server_user = pwd.getpwuid(pgdata.stat().st_uid).pw_name
     ident = (f"# Written by stark-pg: the OS user {owner} may connect as these roles.\n"
-             f"stark {owner} postgres\nstark {owner} stark_agent\n")
+             f"stark {owner} postgres\nstark {owner} stark_agent\n"
+             f"stark_replication {owner} postgres\n"
+             + (f"stark_replication {server_user} postgres\n" if server_user != owner else ""))
     changed = _write_if_different(pgdata / "pg_hba.conf", _HBA)
     changed = _write_if_different(pgdata / "pg_ident.conf", ident) or changed
     if changed:  # the rules in force until the reload still let us in

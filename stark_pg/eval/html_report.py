@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psycopg
 
-from stark_pg.eval.runner import RunOutcome
+from stark_pg.eval.runner import LATENCY_NOTE, RunOutcome
 from stark_pg.resources import queries as sql
 
 TOP = 10
@@ -84,6 +84,7 @@ def _metrics_table(outcomes: list[RunOutcome]) -> str:
                     + f"<td>{s['latency_ms']['p50']:.1f}</td><td>{s['latency_ms']['p95']:.1f}</td>"
                     f"<td>{s['failed']}</td></tr>\n")
     rows.append("</table>\n")
+    rows.append(f'<p class="muted">Latency (p50, p95 ms) is {escape(LATENCY_NOTE)}.</p>\n')
     return "".join(rows)
 
 

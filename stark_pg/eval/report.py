@@ -18,7 +18,7 @@ from pathlib import Path
 import psycopg
 
 from stark_pg.eval import trec
-from stark_pg.eval.runner import RunOutcome
+from stark_pg.eval.runner import LATENCY_NOTE, RunOutcome
 from stark_pg.resources import queries as sql
 
 CHART_METRICS = ("hit@1", "hit@5", "recall@20", "mrr")
@@ -70,7 +70,7 @@ def markdown(skb_name: str, split: str, outcomes: list[RunOutcome], chart: str, 
         s = o.summary
         lines.append(f"| {o.method} | {o.run_id} | " + " | ".join(f"{s['metrics'][m]:.3f}" for m in shown)
                      + f" | {s['latency_ms']['p50']:.1f} | {s['latency_ms']['p95']:.1f} | {s['failed']} |")
-    lines += ["", f"![metrics and latency]({chart})", ""]
+    lines += ["", f"Latency (p50, p95 ms) is {LATENCY_NOTE}.", "", f"![metrics and latency]({chart})", ""]
     published = published_rows(dataset, human=split == "human")
     if published:
         lines += [f"## Published figures on the full STaRK-{dataset.capitalize()} benchmark (for context only)", "",

@@ -11,6 +11,18 @@ waits seconds on a served model needs. Results are still stored one by one in th
 on the caller's connection, so the stored rows (and where a resumed run starts) are those of a
 sequential run; a query's latency is still its own search's wall time.
 
+A query's latency is what its method would take alone: its search's wall time plus the cold cost of
+any query embedding the search found cached (another method of the same process embedded the same
+text first; `stark_pg.embed.query_embeddings`). So every method pays for its own query embedding, as
+it would for a user who runs it alone, and methods compare alike whatever order they ran in.
+
+With `reads` (a function opening a read connection: on a standby, when the DSN names a primary and
+standbys; stark_pg.db.connection), the searches run on connections of their own from it while the
+results are still stored through the caller's connection, on the primary. A read connection lost
+mid-query (its standby stopped or died) is replaced by a new one from `reads`, which libpq points at
+another standby or the primary, and the query is searched again there: it is neither lost, nor
+recorded as failed, nor stored twice.
+
 The methods themselves come from whoever calls: a `Resolve` (the CLI and the Python API hand over
 stark_pg.retrieve.get_method) turns a method's name into its module (`Options`, `search`). Evaluation
 thus sits beside retrieval, not on top of it, and a test or a benchmark can evaluate a method that is
@@ -33,6 +45,7 @@ import numpy as np
 import psycopg
 
 from stark_pg.db.connection import connect_like, one_snapshot
+from stark_pg.embed import query_embeddings
 from stark_pg.eval import metrics
 from stark_pg.eval.query_sets import QuerySet
 from stark_pg.llm import concurrency
@@ -43,8 +56,19 @@ from stark_pg.ranking import Ranking
 from stark_pg.skb.records import LoadError, MissingIndex
 
 
+LATENCY_NOTE = ("what one question's search takes with the method alone: its query embedding is counted at "
+                "what computing it took, even where another method of the run had computed it first (the vector "
+                "is cached per process)")
+"""What a stored latency includes, as reports and tables say it."""
+
 Resolve = Callable[[str], ModuleType]
 """A method's name -> its module, which has `Options` (a dataclass) and `search(conn, skb, query, k, options)`."""
+
+Reads = Callable[[], psycopg.Connection]
+"""Opens a new connection to search on (a standby where there is one)."""
+
+FAILOVER_TRIES = 3
+"""How many times a query is searched again on a new read connection after losing one."""
 
 
 @dataclass
@@ -58,9 +82,11 @@ class RunOutcome:
 
 def run_method(conn: psycopg.Connection, skb_id: int, skb_name: str, method: str, options, query_set: QuerySet, *,
                resolve: Resolve, depth: int = 1000, stored_k: int = 100,
-               progress: Reporter | None = None) -> RunOutcome:
+               progress: Reporter | None = None, reads: Reads | None = None) -> RunOutcome:
     progress = progress or NullReporter()
     module = resolve(method)
+    if hasattr(module, "resolve_options"):      # defaults that depend on the SKB (hybrid's tuned ones)
+        options = module.resolve_options(conn, skb_name, options)
     settings = dataclasses.asdict(options)
     config = {"method": method, "options": settings, "query_set": query_set.label, "depth": depth,
               "stored_k": stored_k, "queries": len(query_set.queries)}
@@ -76,9 +102,9 @@ def run_method(conn: psycopg.Connection, skb_id: int, skb_name: str, method: str
     with progress.stage(method, total=len(query_set.queries)) as stage:
         stage.advance(len(done))
         workers = min(concurrency.current(), len(todo)) if calls_served_model(settings) else 1
-        with _connections(conn, workers) as pool:
+        with _connections(conn, workers, reads) as pool:
             def searched(query):
-                return _search(pool, module, skb_name, query, depth, options)
+                return _search(pool, module, skb_name, query, depth, options, reads)
 
             for query, ranking, error, latency_ms in concurrency.ordered_iter(searched, todo, workers):
                 ranked = ranking.node_ids
@@ -106,37 +132,60 @@ def calls_served_model(settings: dict) -> bool:
 
 
 @contextmanager
-def _connections(conn: psycopg.Connection, n: int):
+def _connections(conn: psycopg.Connection, n: int, reads: Reads | None = None):
     """A queue of the connections the searches take turns on: `conn` alone for a sequential run,
-    else `n` connections of their own (closed at the end), one per worker."""
+    else `n` connections of their own (closed at the end), one per worker; with `reads`, always `n`
+    connections from it."""
     pool: queue.SimpleQueue = queue.SimpleQueue()
-    own = concurrency.ordered_map(lambda _: connect_like(conn), range(n), n) if n > 1 else []   # opened at once
+    if reads is not None:
+        own = concurrency.ordered_map(lambda _: reads(), range(n), n)
+    else:
+        own = concurrency.ordered_map(lambda _: connect_like(conn), range(n), n) if n > 1 else []   # opened at once
     for c in own or [conn]:
         pool.put(c)
+    opened = list(own)
     try:
         yield pool
     finally:
-        for c in own:
+        while not pool.empty():             # the ones in the pool now: a lost one was replaced
+            c = pool.get()
+            if c is not conn:
+                c.close()
+        for c in opened:
             c.close()
 
 
-def _search(pool: queue.SimpleQueue, module: ModuleType, skb_name: str, query, depth: int, options):
-    """One query's ranking (or its error) and its latency, on a connection taken from `pool`."""
+def _search(pool: queue.SimpleQueue, module: ModuleType, skb_name: str, query, depth: int, options,
+            reads: Reads | None = None):
+    """One query's ranking (or its error) and its latency, on a connection taken from `pool`; with
+    `reads`, searched again on a new read connection when the one it ran on was lost."""
     conn = pool.get()
     try:
-        started = time.perf_counter()
-        try:
-            with cache_in(conn):      # an embedding API's vectors are cached in this database
-                with one_snapshot(conn):     # one version of the SKB, even across a replace
-                    ranking, error = module.search(conn, skb_name, query.body, depth, options), None
-        except Exception as exc:  # a failing query is recorded, not fatal
-            conn.rollback()
-            if needs_setup(exc):      # ...unless every query would fail alike
-                raise
-            ranking, error = Ranking([], {}), f"{type(exc).__name__}: {exc}"
-        return query, ranking, error, (time.perf_counter() - started) * 1000
+        for attempt in range(FAILOVER_TRIES + 1):
+            started = time.perf_counter()
+            with query_embeddings() as spent:
+                try:
+                    with cache_in(conn):      # an embedding API's vectors are cached in this database
+                        with one_snapshot(conn):     # one version of the SKB, even across a replace
+                            ranking, error = module.search(conn, skb_name, query.body, depth, options), None
+                except Exception as exc:  # a failing query is recorded, not fatal
+                    if reads is not None and _lost(conn) and attempt < FAILOVER_TRIES:
+                        conn.close()
+                        conn = reads()        # libpq skips the server that went away
+                        continue
+                    if not conn.closed:
+                        conn.rollback()
+                    if needs_setup(exc):      # ...unless every query would fail alike
+                        raise
+                    ranking, error = Ranking([], {}), f"{type(exc).__name__}: {exc}"
+            return query, ranking, error, (time.perf_counter() - started) * 1000 + spent.cached_ms
     finally:
         pool.put(conn)
+
+
+def _lost(conn: psycopg.Connection) -> bool:
+    """Whether a connection is gone (its server stopped, died, or cut it off), rather than a query failed."""
+    return conn.closed or conn.broken
 
 
 def summarize_run(conn: psycopg.Connection, skb_id: int, run_id: int) -> dict:

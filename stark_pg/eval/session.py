@@ -12,7 +12,7 @@ import psycopg
 
 from stark_pg.eval import query_sets
 from stark_pg.eval.query_sets import QuerySet
-from stark_pg.eval.runner import Resolve, RunOutcome, run_method
+from stark_pg.eval.runner import Reads, Resolve, RunOutcome, run_method
 from stark_pg.options import OptionError, did_you_mean
 from stark_pg.progress import Reporter
 from stark_pg.resources import queries as sql
@@ -92,10 +92,11 @@ def choose_queries(conn: psycopg.Connection, skb_id: int, skb_name: str, split: 
 
 def run_methods(conn: psycopg.Connection, skb_id: int, skb_name: str, settings: dict, query_set: QuerySet, *,
                 resolve: Resolve, depth: int = 1000, stored_k: int = 100,
-                progress: Reporter | None = None) -> list[RunOutcome]:
-    """Every method of `settings` ({method: Options}) over the query set, one stored run each."""
+                progress: Reporter | None = None, reads: Reads | None = None) -> list[RunOutcome]:
+    """Every method of `settings` ({method: Options}) over the query set, one stored run each (searched on
+    connections from `reads` when given: stark_pg.eval.runner)."""
     return [run_method(conn, skb_id, skb_name, method, options, query_set, resolve=resolve, depth=depth,
-                       stored_k=stored_k, progress=progress) for method, options in settings.items()]
+                       stored_k=stored_k, progress=progress, reads=reads) for method, options in settings.items()]
 
 
 def guess_dataset(skb_name: str) -> str | None:

@@ -6,11 +6,16 @@ that split's figures optimistic. `stark-pg tune` evaluates the grid on `train` b
 setting it names can then be reported on `val` with `stark-pg eval`. Each point is an ordinary stored
 evaluation run (stark_pg.eval.runner): an interrupted sweep resumes, and `stark-pg compare` can set
 any two points side by side.
+
+A method whose defaults may come from the SKB (hybrid: its module has TUNED_KEYS) gets the best point
+stored as those defaults (`store_defaults`, stark.tuned_setting), but only when it was chosen on the
+train split: val and test are what the defaults are reported with, so they never choose them.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 from dataclasses import dataclass
 
 import psycopg
@@ -21,12 +26,17 @@ from stark_pg.eval.runner import Resolve, RunOutcome, run_method
 from stark_pg.eval.session import method_options
 from stark_pg.options import OptionError
 from stark_pg.progress import Reporter
+from stark_pg.resources import queries as sql
+
+TRAIN = "train"
+"""The only split whose tuning becomes a method's stored defaults."""
 
 
 @dataclass
 class GridPoint:
     settings: dict[str, str]       # the grid's KEY: VALUE at this point (as written)
     outcome: RunOutcome
+    options: object = None         # the method's Options at this point
 
 
 @dataclass
@@ -67,6 +77,40 @@ def tune(conn: psycopg.Connection, skb_id: int, skb: str, method: str, fixed: li
     done = []
     for point, opts in zip(points, options):
         done.append(GridPoint(point, run_method(conn, skb_id, skb, method, opts, query_set, resolve=resolve,
-                                                depth=depth, progress=progress)))
+                                                depth=depth, progress=progress), opts))
     best = max(done, key=lambda p: (p.outcome.summary["metrics"][metric], -done.index(p)))
     return Tuning(method, metric, done, best)
+
+
+def default_grid(module) -> list[str]:
+    """The grid `stark-pg tune` sweeps when given none: the method module's DEFAULT_GRID, if it has one."""
+    return list(getattr(module, "DEFAULT_GRID", ()))
+
+
+def storable(module, query_set: QuerySet) -> str | None:
+    """Why the best point of a tuning cannot become the method's stored defaults, None if it can."""
+    if not hasattr(module, "TUNED_KEYS"):
+        return "the method takes no stored defaults"
+    if query_set.split != TRAIN or not query_set.label.startswith(f"split:{TRAIN}"):
+        return f"chosen on {query_set.label}, not on the train split"
+    return None
+
+
+def store_defaults(conn: psycopg.Connection, skb_id: int, module, tuning: Tuning, query_set: QuerySet) -> dict:
+    """Store the best point's settings of the module's TUNED_KEYS as the method's defaults for the SKB
+    (replacing any before); returns them. The caller checked `storable`."""
+    chosen = {key: getattr(tuning.best.options, key) for key in module.TUNED_KEYS}
+    grid = [{"settings": p.settings, "value": p.outcome.summary["metrics"][tuning.metric], "run_id": p.outcome.run_id}
+            for p in tuning.points]
+    with conn.transaction():
+        sql().store_tuned_setting(conn, skb_id=skb_id, method=tuning.method, options=json.dumps(chosen),
+                                  query_set=query_set.label, queries=len(query_set.queries), metric=tuning.metric,
+                                  value=tuning.best.outcome.summary["metrics"][tuning.metric],
+                                  run_id=tuning.best.outcome.run_id, grid=json.dumps(grid))
+    return chosen
+
+
+def forget_defaults(conn: psycopg.Connection, skb_id: int, method: str) -> bool:
+    """Remove the method's stored defaults for the SKB; whether there were any."""
+    with conn.transaction():
+        return bool(sql().forget_tuned_setting(conn, skb_id=skb_id, method=method))

@@ -19,6 +19,12 @@ Why it is built this way:
   and ef_construction) are stored with the build (stark.embedding_build.settings); a build that is not
   given them reuses the last ones (a plain re-run, a refresh after a replacing load), and an index
   whose method, storage or settings differ from the wanted ones is dropped and rebuilt.
+- The encoder (torch, or a compiled ONNX graph through ONNX Runtime or OpenVINO, optionally int8:
+  `stark-pg index --backend --quantize`) is recorded with the build (settings -> 'encoder'), and the
+  SKB's queries are embedded with it. Not given, a build reuses the last one's; a first build takes
+  "auto" (onnx on the CPU). A build with another encoder than the last deletes the SKB's vectors of
+  the model and embeds them all again: its texts are unchanged, so their md5 alone would keep the old
+  encoder's vectors.
 - Partial indexes per SKB rather than one index per table filtered by skb_id with pgvector 0.8's
   iterative scans: measured in benchmarks/vector_benchmark.py (README: Vector indexes).
 """
@@ -166,13 +172,16 @@ def ensure_model(conn: psycopg.Connection, model: str | None = None) -> ModelTab
 @dataclass(frozen=True)
 class Encoding:
     """How texts are embedded: on which device (None: STARK_PG_DEVICE, else the best available), in half
-    precision or not (on a GPU only), how many texts per forward pass. None of it changes which texts are
-    embedded (so it is not stored with a build), only how fast. The device is resolved when the first text
-    is embedded: a build with nothing to embed does not even import torch."""
+    precision or not (on a GPU only), how many texts per forward pass, and by which encoder (backend and
+    int8 or not; None until the build resolves it against the SKB's last build). Device, precision and
+    batch change only the speed and are not stored; the encoder changes the vectors and is stored with the
+    build. The device is resolved when the first text is embedded: a build with nothing to embed does not
+    even import torch."""
 
     device: str | None = None
     half: bool = False
     batch: int = embed.DEFAULT_BATCH
+    encoder: embed.Encoder | None = None
 
     def __post_init__(self):
         embed.requested_device(self.device)        # a misspelt device fails before any work
@@ -181,15 +190,17 @@ class Encoding:
 
     def describe(self) -> dict:
         device = embed.resolve_device(self.device)
-        return {"device": device, "precision": "float16" if self.half and device != "cpu" else "float32",
-                "batch": self.batch}
+        encoder = self.encoder or embed.Encoder()
+        precision = "int8" if encoder.quantize else "float16" if self.half and device != "cpu" else "float32"
+        return {"device": device, "backend": encoder.backend, "precision": precision, "batch": self.batch}
 
 
 def build_dense(conn: psycopg.Connection, skb_name: str, model: str | None = None, with_relations: bool = True,
                 multi_vector: bool | None = True, progress: Reporter | None = None, *, max_neighbors: int = 25,
                 chunk_chars: int = 512, batch_size: int = BATCH_SIZE, m: int | None = None,
                 ef_construction: int | None = None, index: str | None = None, storage: str | None = None,
-                device: str | None = None, half: bool = False, encode_batch: int = embed.DEFAULT_BATCH) -> dict:
+                device: str | None = None, half: bool = False, encode_batch: int = embed.DEFAULT_BATCH,
+                backend: str | None = None, quantize: bool | None = None) -> dict:
     """Bring the SKB's document vectors (and chunk vectors, with `multi_vector`) up to date; build HNSW.
 
     `with_relations` and `max_neighbors` shape the documents (see stark.render_document) and the
@@ -198,15 +209,21 @@ def build_dense(conn: psycopg.Connection, skb_name: str, model: str | None = Non
     the vector indexes (IndexSettings; None: as the last build of this SKB and model, else defaults);
     bad values raise OptionError before any vector is embedded. `batch_size` documents are committed
     together; `device`, `half` and `encode_batch` (texts per forward pass) only change the speed
-    (`Encoding`). Returns counts per kind, the encoding used, the index settings, notices (e.g. DiskANN
+    (`Encoding`); `backend` (auto, torch, onnx, openvino) and `quantize` (int8) choose the encoder (None:
+    as the last build, else auto), which is recorded. Returns counts per kind, the encoding used, the index settings, notices (e.g. DiskANN
     asked for where vectorscale is missing) and the seconds taken.
     Holds the SKB name's lock throughout: builds and loads of one name queue.
     """
     encoding = Encoding(device, half, encode_batch)
+    embed.check_backend(backend)                   # a misspelt backend fails before any work
+    if embed.is_api_model(model) and (backend not in (None, "auto") or quantize):
+        raise embed.EncoderError(f"--backend and --quantize are for local models; {model!r} is embedded by its API")
+    given_encoder = {"backend": backend, "quantize": quantize}
     with skb_name_locked(conn, skb_name), embedding_api_metered(conn, model) as meter:
         report = _build_dense(conn, skb_name, model, with_relations, multi_vector, progress, max_neighbors,
                               chunk_chars, batch_size, dict(index=index, storage=storage, m=m,
-                                                            ef_construction=ef_construction), encoding)
+                                                            ef_construction=ef_construction), encoding,
+                              given_encoder)
     if meter is not None:
         report["embedding_api"] = meter.as_dict()
         if report["encoding"]:
@@ -234,7 +251,7 @@ def embedding_api_server(model: str) -> str:
 
 
 def _build_dense(conn, skb_name, model, with_relations, multi_vector, progress, max_neighbors, chunk_chars,
-                 batch_size, given: dict, encoding: Encoding) -> dict:
+                 batch_size, given: dict, encoding: Encoding, given_encoder: dict | None = None) -> dict:
     progress = progress or NullReporter()
     started = time.perf_counter()
     skb_id = require_skb(conn, skb_name)
@@ -252,6 +269,8 @@ def _build_dense(conn, skb_name, model, with_relations, multi_vector, progress, 
         notices.append("vectorscale (pgvectorscale) is not available on this server: built HNSW instead of DiskANN")
         wanted = replace(wanted, index="hnsw")
     shape = {"skb_id": skb_id, "with_relations": with_relations, "max_neighbors": max_neighbors}
+    encoding, notice = _choose_encoder(conn, tables, skb_id, model, stored, encoding, given_encoder or {})
+    notices += [notice] if notice else []
 
     documents = _refresh_documents(conn, tables, shape, batch_size, progress, encoding)
     chunks = {"embedded": 0, "deleted": 0}
@@ -268,6 +287,8 @@ def _build_dense(conn, skb_name, model, with_relations, multi_vector, progress, 
         n_docs, n_chunks = conn.execute(statement("count_vectors", tables), {"skb_id": skb_id}).fetchone()
         settings = {"with_relations": with_relations, "max_neighbors": max_neighbors, "chunk_chars": chunk_chars,
                     "multi_vector": multi_vector} | asdict(wanted)
+        if encoding.encoder is not None:
+            settings["encoder"] = encoding.encoder.as_dict()
         queries().record_build(conn, skb_id=skb_id, model_id=tables.model_id, settings=json.dumps(settings),
                                documents=n_docs, chunks=n_chunks)
     documents |= {"skipped": n_docs - documents["embedded"], "total": n_docs}
@@ -277,10 +298,32 @@ def _build_dense(conn, skb_name, model, with_relations, multi_vector, progress, 
             "index": asdict(wanted), "notices": notices, "seconds": round(time.perf_counter() - started, 3)}
 
 
+def _choose_encoder(conn, tables: ModelTables, skb_id: int, model: str | None, stored: dict | None,
+                    encoding: Encoding, given: dict) -> tuple[Encoding, str | None]:
+    """The encoding with the build's encoder resolved (given, else the last build's, else auto); when it
+    differs from the last build's, the SKB's vectors of the model are deleted (all are embedded again)
+    and the new encoder recorded at once. An API model has no encoder (None)."""
+    if embed.is_api_model(model):
+        return encoding, None
+    previous = embed.Encoder.from_record(stored.get("encoder")) if stored else None
+    encoder = embed.resolve_encoder(given.get("backend"), given.get("quantize"), encoding.device, previous)
+    notice = None
+    if previous is not None and encoder != previous:
+        with _committed(conn):
+            deleted = conn.execute(statement("delete_skb_documents", tables), {"skb_id": skb_id}).rowcount
+            deleted += conn.execute(statement("delete_skb_chunks", tables), {"skb_id": skb_id}).rowcount
+            queries().set_build_encoder(conn, skb_id=skb_id, model_id=tables.model_id,
+                                        encoder=json.dumps(encoder.as_dict()))
+        if deleted:
+            notice = (f"encoder changed from {previous.label} to {encoder.label}: {deleted} vectors of "
+                      f"{tables.name!r} deleted and embedded again")
+    return replace(encoding, encoder=encoder), notice
+
+
 def plan_dense(conn: psycopg.Connection, skb_name: str, model: str | None = None, multi_vector: bool | None = None,
                *, with_relations: bool = True, max_neighbors: int = 25, chunk_chars: int = 512,
                device: str | None = None, half: bool = False, encode_batch: int = embed.DEFAULT_BATCH,
-               sample: int = 32) -> dict:
+               sample: int = 32, backend: str | None = None, quantize: bool | None = None) -> dict:
     """What `build_dense` would embed, without embedding or writing anything (`stark-pg index --dry-run`):
     the documents and multi-vector chunks there are and how many are new or changed, and an estimate of
     the time to embed them, from embedding a sample of `sample` texts of each kind here and now (a local
@@ -314,14 +357,19 @@ def plan_dense(conn: psycopg.Connection, skb_name: str, model: str | None = None
             "chunks": {"total": chunks, "to_embed": chunks_new}, "estimate": None}
     if embed.is_api_model(model) or not (documents_sample or chunks_sample):
         return plan
-    encoding = Encoding(device, half, encode_batch)
+    previous = embed.Encoder.from_record(stored.get("encoder")) if stored else None
+    encoder = embed.resolve_encoder(backend, quantize, device, previous)
+    if previous is not None and encoder != previous:        # every vector would be embedded again
+        plan["documents"]["to_embed"], plan["chunks"]["to_embed"] = nodes, chunks
+    encoding = Encoding(device, half, encode_batch, encoder)
     name = plan["model"]
-    embed.encode((documents_sample or chunks_sample)[:1], name, 1, device=device, half=half, role="document")  # load
+    embed.encode((documents_sample or chunks_sample)[:1], name, 1, device=device, half=half, role="document",
+                 encoder=encoder)  # load
     per_text = {}
     for kind, texts in (("documents", documents_sample), ("chunks", chunks_sample)):
         started = time.perf_counter()
         if texts:
-            embed.encode(texts, name, encoding.batch, device=device, half=half, role="document")
+            embed.encode(texts, name, encoding.batch, device=device, half=half, role="document", encoder=encoder)
         per_text[kind] = (time.perf_counter() - started) / max(len(texts), 1)
     plan["estimate"] = {
         "documents_seconds": round(per_text["documents"] * plan["documents"]["to_embed"], 1),
@@ -421,7 +469,7 @@ def _drop_index_if_mostly_stale(conn, tables: ModelTables, table: str, skb_id: i
 
 def _encode(texts: list[str], tables: ModelTables, encoding: Encoding = Encoding()):
     vectors = embed.encode(texts, tables.name, encoding.batch, device=encoding.device, half=encoding.half,
-                           role="document")
+                           role="document", encoder=encoding.encoder)
     if vectors.shape[1] != tables.dim:
         raise ValueError(f"model {tables.name!r} made {vectors.shape[1]}-dimensional vectors, but its tables hold "
                          f"{tables.dim} dimensions")

@@ -5,7 +5,9 @@ transaction (the evaluation runner rolls back after a failed query; a method may
 inside `with conn.transaction():` and then fail): a paid-for answer is never thrown away with it.
 So a write goes straight through the caller's connection only when that connection is autocommit
 and idle (the write commits at once, as stark-pg's connections are); otherwise it goes through a
-second, autocommit connection to the same database, opened on first need.
+second, autocommit connection to the same database, opened on first need. A connection that reads on
+a hot standby (stark_pg.db.connection.connect(read=True)) cannot write: its writes go over a second
+connection to the primary.
 
 A cache may be shared by threads (a method scoring candidates with --workers): its reads and writes
 are serialised, so its connection is never used by two of them at once.
@@ -23,6 +25,7 @@ import psycopg
 from psycopg import pq
 from psycopg.conninfo import make_conninfo
 
+from stark_pg.db.connection import write_dsn_for
 from stark_pg.resources import queries as sql
 
 
@@ -68,13 +71,16 @@ class LLMCache:
                                 cost_usd=cost_usd, seconds=seconds)
 
     def _writer(self) -> psycopg.Connection:
-        if self.conn.autocommit and self.conn.info.transaction_status == pq.TransactionStatus.IDLE:
+        primary = write_dsn_for(self.conn)      # the caller reads on a standby: write on the primary
+        if primary is None and self.conn.autocommit and self.conn.info.transaction_status == pq.TransactionStatus.IDLE:
             return self.conn
         if self._side is None or self._side.closed:
-            # conn.info.dsn leaves the password out; the libpq connection still knows it
-            password = self.conn.pgconn.password
-            params = {"password": password.decode()} if password else {}
-            self._side = psycopg.connect(make_conninfo(self.conn.info.dsn, **params), autocommit=True)
+            if primary is None:
+                # conn.info.dsn leaves the password out; the libpq connection still knows it
+                password = self.conn.pgconn.password
+                params = {"password": password.decode()} if password else {}
+                primary = make_conninfo(self.conn.info.dsn, **params)
+            self._side = psycopg.connect(primary, autocommit=True)
             weakref.finalize(self, self._side.close)
         return self._side
 

@@ -17,7 +17,7 @@ import psycopg
 from psycopg import sql as pgsql
 
 from stark_pg.db.settings import local_setting
-from stark_pg.embed import encode_query
+from stark_pg.embed import query_embeddings, skb_query_vector
 from stark_pg.options import MethodOptions
 from stark_pg.resources import template_sections
 from stark_pg.retrieve import Hit, Ranking
@@ -60,9 +60,9 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
     options = options or Options()
     skb_id = require_skb(conn, skb)
     model = load(conn, skb_id, skb, options.name)
-    started = time.perf_counter()
-    vector = encode_query(query, model.embed_model)
-    dense = trained_dense(query, model)
+    with query_embeddings() as spent:
+        vector = skb_query_vector(conn, skb, query, model.embed_model)
+        dense = trained_dense(query, model)
     embedded = time.perf_counter()
     with generic_plan(conn):
         rows = conn.execute(template("rank", model), rank_params(skb, query, vector, model, k, dense)).fetchall()
@@ -73,7 +73,7 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
              "sql": "compiled trees over stark.fusion_features(skb, query, embedding, model, pool, knn, link"
                     + (", dense_models, dense_qvecs" if dense else "") + ", pair_fields, pair_scorers)",
              "dense_models": dense.models if dense else None,
-             "embed_ms": round((embedded - started) * 1000, 3),
+             **spent.trace(),
              "sql_ms": round((time.perf_counter() - embedded) * 1000, 3)}
     if options.explain and hits:
         shown = contributions(conn, skb, query, vector, model, [h.node_id for h in hits[:EXPLAINED_RESULTS]], dense)

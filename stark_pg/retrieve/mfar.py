@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import psycopg
 
-from stark_pg.embed import encode_query
+from stark_pg.embed import Encoder, encode_query, query_embeddings, skb_encoder
 from stark_pg.options import MethodOptions
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Hit, Ranking
@@ -46,8 +46,9 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
     options = options or Options()
     skb_id = require_skb(conn, skb)
     model = load_model(conn, skb_id, skb, options.name)
+    with query_embeddings() as spent:
+        vector = encode_query(query, query_encoder(model), query_backend(conn, skb, model))
     started = time.perf_counter()
-    vector = encode_query(query, query_encoder(model))
     weights = model.weights(vector, parse_mask(options.mask))
     embedded = time.perf_counter()
     rows = sql().mfar_top(conn, skb=skb, query=query, embedding=vector, model=model.embed_model,
@@ -60,7 +61,7 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
              "sql": "stark.mfar(skb, query, embedding, model, fields, scorers, weights, means, scales, k, pool, "
                     "k1, b, engine)",
              "weights": {str(p): round(float(w), 6) for p, w in zip(model.pairs, weights)},
-             "embed_ms": round((embedded - started) * 1000, 3),
+             **spent.trace(), "gate_ms": round((embedded - started) * 1000, 3),
              "sql_ms": round((time.perf_counter() - embedded) * 1000, 3)}
     if options.explain:
         shown = hits[:EXPLAINED_RESULTS]
@@ -79,6 +80,13 @@ def query_encoder(model: MfarModel) -> str:
         raise LoadError(f"mFAR model {model.name!r} needs its fine-tuned query encoder at {path}, which is not on "
                         "this machine: train it here, or copy that directory")
     return path
+
+
+def query_backend(conn: psycopg.Connection, skb: str, model: MfarModel) -> Encoder:
+    """The encoder of the query: the SKB's recorded one for its model; torch for a fine-tuned query encoder."""
+    if model.settings.get("query_encoder") is not None:
+        return Encoder()
+    return skb_encoder(conn, skb, model.embed_model)
 
 
 def contributions(conn: psycopg.Connection, skb: str, query: str, vector: np.ndarray, model: MfarModel,

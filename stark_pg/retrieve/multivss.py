@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from stark_pg.embed import canonical_name, encode_query
+from stark_pg.embed import canonical_name, query_embeddings, skb_query_vector
 from stark_pg.options import MethodOptions, OptionError
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Hit, MissingIndex, Ranking
@@ -43,8 +43,8 @@ class Options(MethodOptions):
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
     options = options or Options()
     model = canonical_name(options.model)
-    started = time.perf_counter()
-    vector = encode_query(query, model)
+    with query_embeddings() as spent:
+        vector = skb_query_vector(conn, skb, query, model)
     embedded = time.perf_counter()
     try:
         with ef_search_set(conn, options.ef_search):
@@ -61,5 +61,5 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
                           "model": model, "agg": options.agg, "top": options.top,
                           "pool": options.pool if options.pool is not None else min(k * 20, 1000),
                           "exact": options.exact,
-                          "embed_ms": round((embedded - started) * 1000, 3),
+                          **spent.trace(),
                           "sql_ms": round((time.perf_counter() - embedded) * 1000, 3)})

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from stark_pg.embed import encode_query
+from stark_pg.embed import skb_query_vector
 from stark_pg.options import MethodOptions, OptionError
 from stark_pg.retrieve import Hit, Ranking, get_method
 from stark_pg.skb.catalog import require_skb
@@ -48,7 +48,7 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
     ids, scores, stage_trace = first_stage(conn, skb, query, max(k, n), stage, model.embed_model)
     fetched = time.perf_counter()
     head_ids, head_scores = ids[:n], scores[:n]
-    vector = encode_query(query, model.embed_model)
+    vector = skb_query_vector(conn, skb, query, model.embed_model)
     graph, subgraph, table = graph_for_query(conn, skb_id, query, vector, head_ids, head_scores, model.embed_model,
                                              model.vocab, model.config)
     built = time.perf_counter()

@@ -24,7 +24,7 @@ import numpy as np
 import psycopg
 
 from stark_pg.db.settings import local_setting
-from stark_pg.embed import canonical_name, encode_query, is_api_model
+from stark_pg.embed import canonical_name, encode_query, is_api_model, query_embeddings, skb_encoder
 from stark_pg.options import MethodOptions
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Hit, Ranking
@@ -59,8 +59,8 @@ def ef_search_set(conn: psycopg.Connection, ef_search: int | None):
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
     options = options or Options()
     model = canonical_name(options.model)
-    started = time.perf_counter()
-    vector, source, usage = query_vector(conn, skb, query, model)
+    with query_embeddings() as spent:
+        vector, source, usage = query_vector(conn, skb, query, model)
     embedded = time.perf_counter()
     with ef_search_set(conn, options.ef_search):
         rows = list(sql().vss_top(conn, skb=skb, embedding=vector, k=k, model=model, exact=options.exact))
@@ -68,7 +68,7 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
     return Ranking(hits, {"method": "vss", "sql": "stark.vss(skb, embedding, k, model, exact)", "model": model,
                           "exact": options.exact, "ef_search": options.ef_search, "query_vector": source,
                           **({"llm": usage} if usage else {}),
-                          "embed_ms": round((embedded - started) * 1000, 3),
+                          **spent.trace(),
                           "sql_ms": round((time.perf_counter() - embedded) * 1000, 3)})
 
 
@@ -90,7 +90,8 @@ def query_vector(conn: psycopg.Connection, skb: str, query: str, model: str) -> 
                 f"other queries")
         embed_with = query_model
     if not is_api_model(embed_with):
-        return encode_query(query, embed_with), "embedded" if embed_with == model else f"embedded by {embed_with}", None
+        encoder = skb_encoder(conn, skb, embed_with)
+        return encode_query(query, embed_with, encoder), "embedded" if embed_with == model else f"embedded by {embed_with}", None
     from stark_pg.llm.embeddings import metered
 
     with metered(embed_with) as meter:

@@ -69,16 +69,21 @@ def served_models(conn) -> list[str]:
     return sorted({name for (name,) in sql().served_embedding_models(conn) if name})
 
 
-def embed_texts(texts: list[str], model: str) -> tuple[list[np.ndarray], int]:
-    """Each text's vector as `stark-pg search` computes it, and how many tokens the model read."""
-    from stark_pg.embed import encode_query, is_api_model, load_model
+def model_encoders(conn) -> dict:
+    """Per model, the encoder its most recent build recorded (a request names a model, not an SKB: where
+    SKBs of one model were built with different encoders, the latest build's is served)."""
+    from stark_pg.embed import Encoder
 
-    vectors = [encode_query(t, model) for t in texts]
-    if is_api_model(model):
-        return vectors, 0
-    tokenizer = getattr(load_model(model), "tokenizer", None)
-    tokens = sum(len(tokenizer(t)["input_ids"]) for t in texts) if tokenizer is not None else 0
-    return vectors, tokens
+    return {name: Encoder.from_record(record) for name, record in sql().model_encoders(conn)}
+
+
+def embed_texts(texts: list[str], model: str, encoder=None) -> tuple[list[np.ndarray], int]:
+    """Each text's vector as `stark-pg search` computes it (with `encoder`, the backend the model's vectors
+    were built with; None: torch), and how many tokens the model read."""
+    from stark_pg.embed import count_tokens, encode_query
+
+    vectors = [encode_query(t, model, encoder) for t in texts]
+    return vectors, count_tokens(texts, model, encoder)
 
 
 def reply(vectors: list[np.ndarray], model: str, tokens: int, encoding: str) -> dict:
@@ -102,6 +107,7 @@ def embeddings_route(store, problem_of):
         texts, model, encoding, _ = parse_request(payload)
         with store.connect() as conn:
             known = served_models(conn)
+            encoders = model_encoders(conn)
         name = canonical_name(model)
         if name not in known and f"openai:{name}" in known:     # stark.embed asks for `openai:NAME` as NAME
             name = f"openai:{name}"
@@ -109,7 +115,7 @@ def embeddings_route(store, problem_of):
             raise EmbeddingError(404, f"the model {model!r} does not exist here: this endpoint serves the models "
                                       f"the database uses ({', '.join(known) or 'none yet: run stark-pg index'})",
                                  "model", "model_not_found")
-        vectors, tokens = embed_texts(texts, name)
+        vectors, tokens = embed_texts(texts, name, encoders.get(name))
         return reply(vectors, model, tokens, encoding)
 
     async def handle(request: Request):

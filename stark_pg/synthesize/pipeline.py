@@ -48,12 +48,15 @@ class SynthSettings:
     golds: int = 2                    # llm: gold answers tried per instantiation
     min_doc_chars: int = 200          # llm: a gold's document must be at least this long
     doc_chars: int = 800              # llm: documents are cut to this many characters in prompts
+    prefilter: int | None = None      # llm: verify at most this many candidates per item (None: all)
 
     def plan_key(self) -> dict:
         key = asdict(self)
         if self.mode == "relational":   # the LLM settings do not change a relational split
-            for name in ("golds", "min_doc_chars", "doc_chars"):
+            for name in ("golds", "min_doc_chars", "doc_chars", "prefilter"):
                 key.pop(name)
+        elif self.prefilter is None:    # a split made before the prefilter existed continues without one
+            key.pop("prefilter")
         return key
 
 
@@ -206,7 +209,7 @@ def synthesize(conn: psycopg.Connection, skb_name: str, settings: SynthSettings,
     if dry_run:
         report.update(made=0, dropped={}, skipped=0, seconds=round(time.perf_counter() - started, 3))
         if settings.mode == "llm":
-            report["estimate"] = estimate(conn, planned[:limit], client)
+            report["estimate"] = estimate(conn, planned[:limit], client, settings.prefilter)
         return report
     stored = sql().synth_run_settings(conn, skb_id=skb_id, split=settings.split)
     if stored is not None and stored != settings.plan_key():
@@ -240,11 +243,14 @@ def synthesize(conn: psycopg.Connection, skb_name: str, settings: SynthSettings,
     return report
 
 
-def estimate(conn: psycopg.Connection, planned: list[Planned], client) -> dict:
-    """How many LLM requests `planned` needs: at least 3 per item plus one per candidate (the first
-    verifier), at most 5 plus two per candidate (a repair-free run); seconds from the model's mean so far."""
-    low = sum(3 + len(p.candidates) for p in planned)
-    high = sum(5 + 2 * len(p.candidates) for p in planned)
+def estimate(conn: psycopg.Connection, planned: list[Planned], client, prefilter: int | None = None) -> dict:
+    """How many LLM requests `planned` needs: at least 3 per item plus one per verified candidate (the
+    first verifier), at most 5 plus two per verified candidate (a repair-free run); seconds from the
+    model's mean so far."""
+    def verified(p: Planned) -> int:
+        return len(p.candidates) if prefilter is None else min(prefilter, len(p.candidates))
+    low = sum(3 + verified(p) for p in planned)
+    high = sum(5 + 2 * verified(p) for p in planned)
     mean = None
     if client is not None:
         mean = sql().synth_mean_call_seconds(conn, provider=client.settings.provider, model=client.settings.model)
@@ -303,7 +309,8 @@ def _prepare_llm(conn: psycopg.Connection, skb_id: int, settings: SynthSettings,
     role = roles[random.Random(f"{settings.seed}:{item.template.id}:{item.anchors}:{item.gold}").randrange(len(roles))]
     return anchor_names, dict(role=role, answer_type=item.template.answer, relational=relational,
                               anchors=anchor_names, gold=item.gold, gold_name=names[item.gold], documents=documents,
-                              candidates=item.candidates, negatives=template_set.negatives)
+                              candidates=item.candidates, negatives=template_set.negatives,
+                              prefilter=settings.prefilter)
 
 
 def _store_llm(conn: psycopg.Connection, skb_id: int, settings: SynthSettings, item: Planned,

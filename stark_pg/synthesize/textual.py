@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from stark_pg.llm import LLMClient, LLMInvalidOutput
 from stark_pg.llm.concurrency import ordered_map
+from stark_pg.synthesize.prefilter import shortlist
 from stark_pg.synthesize.templates import Role
 
 PROMPT_VERSION = "synth-4"
@@ -161,12 +162,13 @@ def _flat(text: str) -> str:
 
 def make_question(client: LLMClient, *, role: Role, answer_type: str, relational: str, anchors: list[str],
                   gold: int, gold_name: str, documents: dict[int, str], candidates: list[int],
-                  negatives: bool) -> Made:
-    """Steps 2-4 for one instantiation and its gold answer."""
+                  negatives: bool, prefilter: int | None = None) -> Made:
+    """Steps 2-4 for one instantiation and its gold answer; with `prefilter`, at most that many
+    candidates (the gold and those nearest the requirements, prefilter.py) are verified."""
     with client.metered() as meter:
         try:
             made = _steps(client, role, answer_type, relational, anchors, gold, gold_name, documents, candidates,
-                          negatives)
+                          negatives, prefilter)
         except LLMInvalidOutput as exc:
             made = Made("invalid reply", requirements={"role": role.name, "relational": relational,
                                                        "error": str(exc)[:300]})
@@ -177,7 +179,7 @@ def make_question(client: LLMClient, *, role: Role, answer_type: str, relational
 
 
 def _steps(client, role, answer_type, relational, anchors, gold, gold_name, documents, candidates,
-           negatives) -> Made:
+           negatives, prefilter) -> Made:
     found, _ = extract_requirements(client, role, answer_type, documents[gold], gold_name, negatives)
     requirements = {"role": role.name, "relational": relational, "textual": found.requirements,
                     "negative": found.negative}
@@ -203,7 +205,9 @@ def _steps(client, role, answer_type, relational, anchors, gold, gold_name, docu
         # the others are not asked about: the item is dropped whatever they would say
         return Made("gold rejected", question=question, requirements=requirements, verdicts=verdicts)
     others = [c for c in candidates if c != gold]
+    asked = others if prefilter is None else shortlist(found.requirements, documents, others, prefilter - 1)
     # independent of one another: up to --workers at once (stark_pg.llm.concurrency), kept in order
-    verdicts.update(zip(map(str, others), ordered_map(verdict, others)))
+    verdicts.update(zip(map(str, asked), ordered_map(verdict, asked)))
+    verdicts.update({str(c): {"one": None, "each": None, "prefiltered": True} for c in others if c not in asked})
     answers = sorted(c for c in candidates if accepted(verdicts[str(c)], len(found.requirements)))
     return Made("kept", question=question, requirements=requirements, verdicts=verdicts, answers=answers)

@@ -30,6 +30,7 @@ from psycopg.types.json import Jsonb
 
 from stark_pg.embed import canonical_name, encode
 from stark_pg.eval.metrics import evaluate, summarize
+from stark_pg.eval.query_sets import learning_splits
 from stark_pg.llm import client_from_options
 from stark_pg.progress import NullReporter, Reporter
 from stark_pg.resources import queries as sql
@@ -73,7 +74,7 @@ class AgentSettings:
     batch: int = 10                # training questions each program is scored on
     holdout: float = 0.3           # share of a category's training questions held out to choose its program
     min_queries: int = 8           # types with fewer training questions share the category "any"
-    split: str = "train"
+    splits: tuple[str, ...] = ("train",)   # learned from; held-out choice on real `train` ones when among them
     limit: int | None = None       # only the first N training questions (after shuffling with `seed`)
     failures: int = 3              # failed questions shown in feedback
     timeout_ms: int = 5000
@@ -94,6 +95,7 @@ class AgentSettings:
             raise ValueError(f"agent training: holdout must be between 0 and 1, not {self.holdout}")
         if self.limit is not None and self.limit <= 0:
             raise ValueError(f"agent training: limit must be positive, not {self.limit}")
+        self.splits = tuple(learning_splits(list(self.splits)))     # never val or test; each once
 
 
 @dataclass
@@ -104,6 +106,7 @@ class Question:
     vector: np.ndarray
     voted: str | None
     answer_type: str | None      # the answers' majority type: how often the vote is right
+    real: bool = True            # of the `train` split (or no `train` among the splits): may choose programs
 
 
 @dataclass
@@ -181,18 +184,26 @@ def train_agent(conn: psycopg.Connection, skb: str, settings: AgentSettings,
 
 
 def _questions(conn, skb: str, skb_id: int, s: AgentSettings, model: str, progress: Reporter) -> list[Question]:
-    rows = list(sql().train_queries_with_answers(conn, skb_id=skb_id, split=s.split))
-    rows = [r for r in rows if r[2]]
+    rows, seen = [], set()
+    for split in s.splits:
+        for row in sql().train_queries_with_answers(conn, skb_id=skb_id, split=split):
+            if row[2] and row[0] not in seen:
+                seen.add(row[0])
+                rows.append((*row, split))
     if not rows:
-        raise ValueError(f"{skb!r} has no {s.split!r} questions with answers to train the agent on")
+        raise ValueError(f"{skb!r} has no {','.join(s.splits)!r} questions with answers to train the agent on")
     order = np.random.default_rng(s.seed).permutation(len(rows))
     rows = [rows[i] for i in order][:s.limit or None]
     vectors = encode([r[1] for r in rows], model)
+    # the programs are chosen on real questions when there are any (synthesized ones only help write them),
+    # as train fusion's cross-validation scores real `train` questions only
+    real_split = "train" if "train" in s.splits else None
     out = []
     with progress.stage("categories", total=len(rows)) as stage:
-        for (query_id, body, answers, answer_type), vector in zip(rows, vectors):
+        for (query_id, body, answers, answer_type, split), vector in zip(rows, vectors):
             out.append(Question(int(query_id), body, [int(a) for a in answers], vector,
-                                voted_type(conn, skb, body, vector, model, split=s.split), answer_type))
+                                voted_type(conn, skb, body, vector, model, splits=s.splits), answer_type,
+                                real=real_split is None or split == real_split))
             stage.advance()
     return out
 
@@ -210,10 +221,18 @@ def _categories(questions: list[Question], min_queries: int) -> dict[str, list[Q
     return groups
 
 
+def held_out(members: list[Question], share: float) -> tuple[list[Question], list[Question]]:
+    """(held-out questions that choose the program, questions it is written on): the held-out share is
+    taken from the real questions alone, so a synthesized question never chooses a program."""
+    real = [q for q in members if q.real]
+    n_hold = max(1, round(len(real) * share)) if len(real) > 1 else 0
+    held = {q.query_id for q in real[:n_hold]}
+    return real[:n_hold], [q for q in members if q.query_id not in held] or members
+
+
 def _train_category(conn, skb: str, skb_id: int, run_id: int, category: str, members: list[Question],
                     s: AgentSettings, toolkit: str, source: SlotSource, client, progress: Reporter) -> CategoryReport:
-    n_hold = max(1, round(len(members) * s.holdout)) if len(members) > 1 else 0
-    holdout, fit = members[:n_hold], members[n_hold:] or members
+    holdout, fit = held_out(members, s.holdout)
     batch = fit[:s.batch]
     answer_type = None if category == ANY else category
     examples = "\n".join(f"- {q.body}" for q in batch[:3])

@@ -23,7 +23,7 @@ from functools import partial
 import numpy as np
 import psycopg
 
-from stark_pg.embed import canonical_name, encode
+from stark_pg.embed import canonical_name, encode, skb_encoder
 from stark_pg.eval import metrics
 from stark_pg.eval.query_sets import fold_of, from_split, learning_splits
 from stark_pg.models.fusion import (TREE_SETTINGS, CrossFitted, FusionModel, FusionSettings, compile_sql, feature_pairs,
@@ -118,7 +118,8 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
                          f"{settings.folds}-fold cross-validation")
     fold_dense = check_fold_models(conn, skb_id, skb, settings.dense, settings.dense_folds) if settings.dense else []
     names = list(sql().fusion_feature_names(conn, skb=skb, model=model, trained_dense=bool(settings.dense)))
-    vectors = encode([q.body for q in queries], model)
+    encoder = skb_encoder(conn, skb, model)       # the questions embedded as search will embed them
+    vectors = encode([q.body for q in queries], model, encoder=encoder)
     dense = (cross_fitted(conn, skb_id, queries, settings.dense, settings.dense_folds) if settings.dense
              else [None] * len(queries))
     # the SKB's (field, scorer) pairs, read once here rather than by every question's features
@@ -127,7 +128,7 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
     data = featured_with(conn, skb, queries, vectors, dense, settings, model, progress, "features (train queries)")
     # fitted on, never scored: cross-validation judges on the SKB's own questions only. No fold model of
     # trained_dense saw them, so they are new questions to it: the mean of all of them, as in search.
-    extra_vectors = encode([q.body for q in extra.queries], model) if extra.queries else []
+    extra_vectors = encode([q.body for q in extra.queries], model, encoder=encoder) if extra.queries else []
     extra_dense = [search_dense(q.body, fold_dense) if fold_dense else None for q in extra.queries]
     extra_data = featured_with(conn, skb, extra.queries, extra_vectors, extra_dense, settings, model, progress,
                            "features (extra training questions)")

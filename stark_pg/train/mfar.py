@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import psycopg
 
-from stark_pg.embed import canonical_name, encode
+from stark_pg.embed import canonical_name, encode, skb_encoder
 from stark_pg.eval import metrics
 from stark_pg.eval.query_sets import (HOLDOUT, EvalQuery, QuerySet, from_split, from_splits,
                                      learning_sets, learning_splits)
@@ -107,7 +107,7 @@ def collect_features(conn: psycopg.Connection, skb: str, pairs: list[Pair], quer
                      pool: int, *, training: bool, negatives: int, rng: np.random.Generator, all_nodes: np.ndarray,
                      progress: Reporter) -> list[QueryFeatures]:
     """Features of every query of a split; training queries also get their answers and random negatives."""
-    vectors = encode([q.body for q in query_set.queries], embed_model)
+    vectors = encode([q.body for q in query_set.queries], embed_model, encoder=skb_encoder(conn, skb, embed_model))
     out = []
     with progress.stage(f"scores {query_set.split}", total=len(query_set.queries)) as stage:
         for query, vector in zip(query_set.queries, vectors):

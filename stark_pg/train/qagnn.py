@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import psycopg
 
-from stark_pg.embed import canonical_name, encode_query
+from stark_pg.embed import canonical_name, skb_query_vector
 from stark_pg.eval import metrics
 from stark_pg.eval.query_sets import QuerySet, learning_sets, learning_splits
 from stark_pg.progress import NullReporter, Reporter
@@ -99,7 +99,7 @@ def collect(conn: psycopg.Connection, skb: str, skb_id: int, query_set: QuerySet
     with progress.stage(f"subgraphs {query_set.label}", total=len(query_set.queries)) as stage:
         for query in query_set.queries:
             ids, scores, _ = first_stage(conn, skb, query.body, settings.candidates, settings.first_stage, embed_model)
-            vector = encode_query(query.body, embed_model)
+            vector = skb_query_vector(conn, skb, query.body, embed_model)
             subgraph = fetch_subgraph(conn, skb_id, ids, query_grams(query.body), settings.max_linked, settings.fanout)
             raw.append((query, ids, scores, vector, subgraph))
             stage.advance()

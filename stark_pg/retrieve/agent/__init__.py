@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import psycopg
 
-from stark_pg.embed import canonical_name, encode_query
+from stark_pg.embed import canonical_name, skb_query_vector
 from stark_pg.llm import client_from_options
 from stark_pg.options import LLMOptions, OptionError
 from stark_pg.resources import queries as sql
@@ -81,15 +81,20 @@ def execute_program(conn: psycopg.Connection, skb: str, skb_id: int, program: st
     return Outcome([Hit(n, s) for n, s in rows], values, bound, None, time.perf_counter() - started)
 
 
-def trained_programs(conn: psycopg.Connection, skb: str, skb_id: int, run: int | None) -> tuple[int, dict]:
-    """(run id, {category: program row}) of the run, or its newest finished one; clear errors."""
+def trained_programs(conn: psycopg.Connection, skb: str, skb_id: int,
+                     run: int | None) -> tuple[int, dict, list[str]]:
+    """(run id, {category: program row}, the splits it learned from) of the run, or of its newest
+    finished one; clear errors."""
     run_id = run if run is not None else sql().latest_agent_run(conn, skb_id=skb_id)
     if run_id is None:
         raise MissingIndex(f"no trained agent for {skb!r}: run `stark-pg train agent {skb}` first")
-    if sql().agent_run_of(conn, skb_id=skb_id, run_id=run_id) is None:
+    row = sql().agent_run_of(conn, skb_id=skb_id, run_id=run_id)
+    if row is None:
         raise OptionError(f"no agent run {run_id} for {skb!r} (runs are made by `stark-pg train agent {skb}`)")
+    settings = row[1] or {}
+    splits = list(settings.get("splits") or [settings.get("split", "train")])   # runs before --splits: one split
     programs = {row[0]: row for row in sql().chosen_agent_programs(conn, run_id=run_id)}
-    return run_id, programs
+    return run_id, programs, splits
 
 
 def _short_vectors(sql_text: str) -> str:
@@ -104,10 +109,10 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
     o = options or Options()
     fallback = get_method(o.fallback)
     skb_id = require_skb(conn, skb)
-    run_id, programs = trained_programs(conn, skb, skb_id, o.run)
+    run_id, programs, splits = trained_programs(conn, skb, skb_id, o.run)
     model = canonical_name(o.model)
-    vector = encode_query(query, model)
-    voted = voted_type(conn, skb, query, vector, model)
+    vector = skb_query_vector(conn, skb, query, model)
+    voted = voted_type(conn, skb, query, vector, model, splits=splits)   # categorised as in training
     category = category_of(voted, programs)
     trace: dict = {"method": "agent", "run": run_id, "voted_type": voted, "category": category}
     explain: dict = {"category": [f"{category} (the training questions nearest this one vote for {voted!r})"]}

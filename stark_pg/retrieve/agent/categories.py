@@ -9,6 +9,8 @@ questions share the category `any`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import psycopg
 
@@ -18,8 +20,9 @@ ANY = "any"
 
 
 def voted_type(conn: psycopg.Connection, skb: str, query: str, vector: np.ndarray, model: str,
-               split: str = "train", k: int = 10) -> str | None:
-    voted = votes(conn, skb, query, vector, split=split, k=k, model=model)
+               splits: Sequence[str] = ("train",), k: int = 10) -> str | None:
+    """The type the nearest questions of `splits` (those the agent was trained from) vote for."""
+    voted = votes(conn, skb, query, vector, split=splits, k=k, model=model)
     return voted[0][0] if voted else None
 
 

@@ -27,7 +27,7 @@ import numpy as np
 import psycopg
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from stark_pg.embed import canonical_name, encode, encode_query
+from stark_pg.embed import Encoder, canonical_name, encode, encode_query, skb_encoder
 from stark_pg.llm import LLMClient, LLMInvalidOutput, client_from_options
 from stark_pg.options import LLM_SETTINGS, LLMOptions, MethodOptions, OptionError
 from stark_pg.resources import queries as sql
@@ -64,21 +64,21 @@ def expanded_text(query: str, expansions: list[str]) -> str:
     return "\n".join([query, *[e for e in expansions if e.strip()]])
 
 
-def query_vector(query: str, expansions: list[str], o: RetrieverOptions) -> np.ndarray:
+def query_vector(query: str, expansions: list[str], o: RetrieverOptions, encoder: Encoder | None = None) -> np.ndarray:
     """`concat`: the embedding of query and expansions as one text (what the KAR paper embeds);
     `mean`: the normalised mean of their separate embeddings (HyDE's way; no truncation of long texts).
     `query_weight` w > 0 mixes in the plain query's embedding: normalise(w q + (1 - w) expanded), so
     that expansions naming the wrong entities cannot pull the query all the way to them."""
     model = canonical_name(o.model)
     if not expansions:
-        return encode_query(query, model)
+        return encode_query(query, model, encoder)
     if o.combine == "concat":
-        expanded = encode([expanded_text(query, expansions)], model)[0]
+        expanded = encode([expanded_text(query, expansions)], model, encoder=encoder)[0]
     else:
-        expanded = _unit(encode([query, *expansions], model).mean(axis=0))
+        expanded = _unit(encode([query, *expansions], model, encoder=encoder).mean(axis=0))
     if o.query_weight == 0:
         return expanded
-    return _unit(o.query_weight * encode_query(query, model) + (1 - o.query_weight) * expanded)
+    return _unit(o.query_weight * encode_query(query, model, encoder) + (1 - o.query_weight) * expanded)
 
 
 def _unit(vector: np.ndarray) -> np.ndarray:
@@ -99,7 +99,7 @@ def retrieve(conn: psycopg.Connection, skb: str, query: str, expansions: list[st
                                    k=k, engine="auto"))
         trace["sql"] = "stark.bm25_top(skb_id, '*', query_and_expansions, k, 1.2, 0.75, 'auto')"
     else:
-        vector = query_vector(query, expansions, o)
+        vector = query_vector(query, expansions, o, skb_encoder(conn, skb, canonical_name(o.model)))
         trace["combine"], trace["query_weight"] = o.combine, o.query_weight
         if o.retriever == "vss":
             rows = list(sql().vss_top(conn, skb=skb, embedding=vector, k=k, model=model, exact=False))

@@ -35,7 +35,7 @@ import numpy as np
 import psycopg
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from stark_pg.embed import canonical_name, encode, encode_query
+from stark_pg.embed import canonical_name, encode, encode_query, skb_encoder
 from stark_pg.options import LLMOptions, OptionError
 from stark_pg.resources import queries as sql
 from stark_pg.retrieve import Ranking
@@ -149,7 +149,7 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
 
     def expand(ctx: Context) -> list[str]:
         model = canonical_name(o.model)
-        vector = encode_query(query, model)
+        vector = encode_query(query, model, skb_encoder(conn, skb, model))
         structure = ctx.structure()
         if o.anchors == "retrieved":
             anchors = retrieved_anchors(ctx.first_pass(o.max_entities))
@@ -278,7 +278,8 @@ def rank_by_names(conn: psycopg.Connection, skb: str, query: str, rows: list[tup
         return []
     docs = documents(conn, skb, list({r[4] for r in rows}))
     names = sorted({docs[r[4]].name or str(r[4]) for r in rows if r[4] in docs})
-    similarity = dict(zip(names, (encode(names, model) @ encode_query(query, model)).tolist()))
+    encoder = skb_encoder(conn, skb, model)
+    similarity = dict(zip(names, (encode(names, model, encoder=encoder) @ encode_query(query, model, encoder)).tolist()))
     scored = [(a, h, rel, p, n, similarity.get(docs[n].name or str(n)) if n in docs else None)
               for a, h, rel, p, n, _, _ in rows]
     out = []

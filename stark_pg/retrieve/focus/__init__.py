@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 
 import psycopg
 
-from stark_pg.embed import canonical_name, encode_query
+from stark_pg.embed import canonical_name, skb_query_vector
 from stark_pg.llm import client_from_options
 from stark_pg.options import LLMOptions, OptionError
 from stark_pg.resources import queries as sql
@@ -94,7 +94,7 @@ def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options:
         prepared = link.prepare(conn, skb, reply, triplets.schema(conn, skb_id),
                                 link.LinkSettings(o.link_pool, o.link_ratio, o.link_cosine, model, o.grounding),
                                 question=query)
-        vector = encode_query(query, model)
+        vector = skb_query_vector(conn, skb, query, model)
         voted = [] if o.llm_type_share == 1.0 or o.type_weight == 0 else \
             answer_type.votes(conn, skb, query, vector, split=o.type_split, k=o.type_k, model=model)
         belief = answer_type.belief(prepared.target_type, voted, o.llm_type_share)

@@ -16,6 +16,8 @@ ranks every node of the most probable type above every other node, as the paper 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -57,11 +59,14 @@ def embed_split(conn: psycopg.Connection, skb: str, split: str, model: str) -> i
     return len(stale)
 
 
-def votes(conn: psycopg.Connection, skb: str, query: str, vector: np.ndarray, *, split: str = "train", k: int = 10,
-          model: str) -> list[tuple[str, float]]:
-    """(type, share of the votes) of the k nearest queries of `split`, best first; [] if it has none."""
-    embed_split(conn, skb, split, model)
-    return [(t, float(s)) for t, s, _ in sql().answer_type_votes(conn, skb=skb, embedding=vector, split=split, k=k,
+def votes(conn: psycopg.Connection, skb: str, query: str, vector: np.ndarray, *,
+          split: str | Sequence[str] = "train", k: int = 10, model: str) -> list[tuple[str, float]]:
+    """(type, share of the votes) of the k nearest queries of `split` (one split, several in a sequence or
+    comma-separated: a model trained on train,synthetic votes with both), best first; [] if none."""
+    splits = split.split(",") if isinstance(split, str) else list(split)
+    for one in splits:
+        embed_split(conn, skb, one, model)
+    return [(t, float(s)) for t, s, _ in sql().answer_type_votes(conn, skb=skb, embedding=vector, splits=splits, k=k,
                                                                   model=model, question=query)]
 
 
