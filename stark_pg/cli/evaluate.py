@@ -52,6 +52,7 @@ def evaluate(
     when another method of the run embedded the question first.
     """
     from stark_pg.eval.report import write_report
+    from stark_pg.eval.runner import LATENCY_NOTE
     from stark_pg.eval.session import choose_queries, guess_dataset, method_options, run_methods
     from stark_pg.options import OptionError
     from stark_pg.retrieve import UnknownMethod, get_method
@@ -105,6 +106,7 @@ def evaluate(
             row += [f"{llm['seconds_per_query']:.2f}", f"{llm['calls']} ({llm['cache_hits']})"] if llm else ["", ""]
         table.add_row(*row)
     out.print(table)
+    err.print(f"p50/p95 ms: {LATENCY_NOTE}.", style="dim", highlight=False)   # stderr: stdout stays the table
     for o in outcomes:
         if o.summary["failed"]:
             err.print(f"{o.method}: {o.summary['failed']} of {o.summary['queries']} queries failed (scored 0); "
