@@ -159,8 +159,15 @@ def _rotate_log(log: Path) -> None:
     """Keep the server log bounded: past LOG_ROTATE_BYTES it becomes log.1 (replacing the one before) and
     the server starts a new one. Only while no server runs: a running one writes to the open file."""
     try:
-        if log.stat().st_size > LOG_ROTATE_BYTES:
+        old = log.stat()
+        if old.st_size > LOG_ROTATE_BYTES:
             log.replace(log.with_name("log.1"))
+            # a new empty log at once, owned as the old one (the server's OS user writes it): a start that
+            # times out before the server opens its log reads it (pgserver shows it) and must find it
+            fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_EXCL, old.st_mode & 0o777)
+            os.close(fd)
+            if (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid()):
+                os.chown(log, old.st_uid, old.st_gid)
     except FileNotFoundError:
         pass
 
