@@ -124,16 +124,7 @@ def main() -> None:
         skb_id = require_skb(conn, args.skb)
         nodes, edges = conn.execute("select (select count(*) from stark.node where skb_id = %s), "
                                     "(select count(*) from stark.edge where skb_id = %s)", (skb_id, skb_id)).fetchone()
-        conn.execute("select setseed(%s)", (rng.uniform(-1, 1),))   # the same sets on every run with --seed
-        starts = conn.execute("select node_id, type from stark.node where skb_id = %s order by random() limit %s",
-                              (skb_id, args.count * 2)).fetchall()
-        problems = []
-        for node, node_type in starts:
-            p = generate(conn, skb_id, node, node_type, rng)
-            if p.triplets:
-                problems.append(p)
-            if len(problems) == args.count:
-                break
+        problems = sample_problems(conn, skb_id, args.count, rng)
         substitute(conn, args.skb, problems[0])                         # warm caches and plans
         other = None
         if args.previous:
@@ -182,6 +173,21 @@ def main() -> None:
         print(f"load average {' / '.join(f'{x:.2f}' for x in os.getloadavg())} (1 / 5 / 15 min) at the end")
 
 
+def sample_problems(conn, skb_id: int, count: int, rng: random.Random) -> list:
+    """`count` substitution problems from random start nodes, the same ones on every run with --seed."""
+    conn.execute("select setseed(%s)", (rng.uniform(-1, 1),))
+    starts = conn.execute("select node_id, type from stark.node where skb_id = %s order by random() limit %s",
+                          (skb_id, count * 2)).fetchall()
+    problems = []
+    for node, node_type in starts:
+        p = generate(conn, skb_id, node, node_type, rng)
+        if p.triplets:
+            problems.append(p)
+        if len(problems) == count:
+            break
+    return problems
+
+
 def compare_costs(args) -> None:
     """Each set with each max_cost in turns (the order shuffled per set): p50 / p95 / max, how many sets a
     bound cut, and whether every cut set is a superset of the unbounded one (it must be)."""
@@ -189,16 +195,7 @@ def compare_costs(args) -> None:
     costs = [None if c.strip().lower() == "none" else float(c) for c in args.max_cost.split(",")]
     with connect(args.dsn) as conn:
         skb_id = require_skb(conn, args.skb)
-        conn.execute("select setseed(%s)", (rng.uniform(-1, 1),))
-        starts = conn.execute("select node_id, type from stark.node where skb_id = %s order by random() limit %s",
-                              (skb_id, args.count * 2)).fetchall()
-        problems = []
-        for node, node_type in starts:
-            p = generate(conn, skb_id, node, node_type, rng)
-            if p.triplets:
-                problems.append(p)
-            if len(problems) == args.count:
-                break
+        problems = sample_problems(conn, skb_id, args.count, rng)
         for cost in costs:                                           # warm caches and plans
             substitute(conn, args.skb, problems[0], max_cost=cost)
         print(f"load average {' / '.join(f'{x:.2f}' for x in os.getloadavg())} (1 / 5 / 15 min) at the start")
