@@ -116,9 +116,11 @@ def cloned_database(server_url: str, template: str, prefix: str):
 
 
 @contextmanager
-def indexed_synthetic(server_url: str, template: str, prefix: str, skb: str, seed: int):
+def indexed_synthetic(server_url: str, template: str, prefix: str, skb: str, seed: int, nodes: int = 800,
+                      edges_per_node: int = 10, backend: str | None = None):
     """A cloned database holding a small synthetic Prime-shaped SKB with BM25 and document vectors
-    (800 nodes, 10 edges each): what the end-to-end method tests share."""
+    (800 nodes, 10 edges each unless told; `backend` the embedding backend, None: the default): what the
+    end-to-end method tests share."""
     from loaders.synthetic import SyntheticSource
     from stark_pg.db import connect
     from stark_pg.index.dense import build_dense
@@ -127,9 +129,9 @@ def indexed_synthetic(server_url: str, template: str, prefix: str, skb: str, see
 
     with cloned_database(server_url, template, prefix) as url:
         with connect(url) as conn:
-            load_skb(conn, SyntheticSource(nodes=800, seed=seed, edges_per_node=10), skb)
+            load_skb(conn, SyntheticSource(nodes=nodes, seed=seed, edges_per_node=edges_per_node), skb)
             build_lexical(conn, skb)
-            build_dense(conn, skb, multi_vector=False)
+            build_dense(conn, skb, multi_vector=False, backend=backend)
         yield url
 
 

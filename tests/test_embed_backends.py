@@ -27,17 +27,10 @@ onnx_only = pytest.mark.skipif(not backends.runtime_available("onnx"), reason="o
 @pytest.fixture(scope="module")
 def encoded_db(server_url, template_db):
     """A small synthetic SKB indexed (BM25 and document vectors) with the onnx backend."""
-    from loaders.synthetic import SyntheticSource
-    from stark_pg.db import connect
-    from stark_pg.index.dense import build_dense
-    from stark_pg.index.lexical import build_lexical
-    from stark_pg.skb.store import load_skb
+    from conftest import indexed_synthetic
 
-    with cloned_database(server_url, template_db, "enc") as url:
-        with connect(url) as conn:
-            load_skb(conn, SyntheticSource(nodes=200, seed=5, edges_per_node=5), SKB)
-            build_lexical(conn, SKB)
-            build_dense(conn, SKB, multi_vector=False, backend="onnx")
+    with indexed_synthetic(server_url, template_db, "enc", SKB, seed=5, nodes=200, edges_per_node=5,
+                           backend="onnx") as url:
         yield url
 
 

@@ -10,24 +10,14 @@ import psycopg
 import pytest
 
 import stark_pg
-from conftest import cli_runner, cloned_database
+from conftest import cli_runner, cloned_database, indexed_synthetic
 
 SKB = "tuned"
 
 
 @pytest.fixture(scope="module")
 def url(server_url, template_db):
-    from loaders.synthetic import SyntheticSource
-    from stark_pg.db import connect
-    from stark_pg.index.dense import build_dense
-    from stark_pg.index.lexical import build_lexical
-    from stark_pg.skb.store import load_skb
-
-    with cloned_database(server_url, template_db, "stark_tuned") as cloned:
-        with connect(cloned) as conn:
-            load_skb(conn, SyntheticSource(nodes=300, seed=2, edges_per_node=5), SKB)
-            build_lexical(conn, SKB)
-            build_dense(conn, SKB, multi_vector=False)
+    with indexed_synthetic(server_url, template_db, "stark_tuned", SKB, seed=2, nodes=300, edges_per_node=5) as cloned:
         yield cloned
 
 
