@@ -77,6 +77,42 @@ def test_an_interrupted_run_continues(conn, indexed):
     assert again.run_id != outcome.run_id and again.resumed_from == 0      # a finished run is not reused
 
 
+def test_an_evaluation_never_continues_a_run_another_one_is_continuing(conn, indexed):
+    """Two identical evaluations at once: the second leaves the unfinished run the first holds alone and
+    starts its own (they once both stored the same query in one run: a UniqueViolation); a run whose
+    evaluation has ended (or died: its session's lock goes with it) is continued again."""
+    import dataclasses
+
+    import psycopg
+
+    from stark_pg.resources import queries as sql
+
+    val = query_sets.from_split(conn, indexed, "val")
+    chosen = dataclasses.replace(val, queries=val.queries[:8])
+    original, calls = bm25.search, []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return original(*args, **kwargs)
+
+    bm25.search = interrupted
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_method(conn, indexed, "stark-prime-ibd", "bm25", bm25.Options(), chosen, resolve=get_method)
+    finally:
+        bm25.search = original
+    (unfinished,) = conn.execute("select run_id from stark.eval_run where finished_at is null").fetchone()
+    with psycopg.connect(conn.info.dsn, autocommit=True) as other:       # another evaluation continuing it
+        assert sql().try_claim_run(other, run_id=unfinished)
+        beside = run_method(conn, indexed, "stark-prime-ibd", "bm25", bm25.Options(), chosen, resolve=get_method)
+        assert beside.run_id != unfinished and beside.resumed_from == 0 and beside.summary["queries"] == 8
+        assert conn.execute("select count(*) from stark.eval_result where run_id = %s", (unfinished,)).fetchone()[0] == 3
+    resumed = run_method(conn, indexed, "stark-prime-ibd", "bm25", bm25.Options(), chosen, resolve=get_method)
+    assert resumed.run_id == unfinished and resumed.resumed_from == 3 and resumed.summary["queries"] == 8
+
+
 def test_a_failing_query_is_recorded_and_the_run_goes_on(conn, indexed):
     chosen = query_sets.from_split(conn, indexed, "val")
     original = bm25.search

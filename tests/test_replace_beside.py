@@ -142,10 +142,10 @@ def test_an_eval_run_interrupted_before_a_reload_is_not_resumed(conn):
     with conn.transaction():
         run_id = sql().create_run(conn, skb_id=skb_id, method="bm25", options="{}", query_set="val", depth=10,
                                   stored_k=10, config_hash="same")
-    assert sql().find_unfinished_run(conn, skb_id=skb_id, config_hash="same") == run_id
+    assert [r for (r,) in sql().unfinished_runs(conn, skb_id=skb_id, config_hash="same")] == [run_id]
     summary = load_skb(conn, synthetic(200), "s")
     assert summary.carried.get("eval_run") == 1
-    assert sql().find_unfinished_run(conn, skb_id=summary.skb_id, config_hash="same") is None
+    assert not list(sql().unfinished_runs(conn, skb_id=summary.skb_id, config_hash="same"))
 
 
 def _waiting_for_lock(url: str, pid: int) -> bool:

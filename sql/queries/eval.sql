@@ -9,13 +9,22 @@ order by query_id;
 -- name: count_nodes(skb_id)$
 select count(*) from stark.node where skb_id = :skb_id;
 
--- name: find_unfinished_run(skb_id, config_hash)$
--- A run interrupted before the SKB was last (re)loaded stays unfinished history: its results
--- were computed on other data, so a new run starts instead of resuming it.
+-- name: unfinished_runs(skb_id, config_hash)
+-- Runs of this configuration a new evaluation may continue, newest first. A run interrupted before the
+-- SKB was last (re)loaded stays unfinished history: its results were computed on other data, so a new
+-- run starts instead of resuming it.
 select r.run_id from stark.eval_run r join stark.skb s on s.skb_id = r.skb_id
 where r.skb_id = :skb_id and r.config_hash = :config_hash and r.finished_at is null
   and r.started_at >= s.loaded_at
-order by r.run_id desc limit 1;
+order by r.run_id desc;
+
+-- name: try_claim_run(run_id)$
+-- The run's lock until released or the session ends, if no other evaluation holds it: true when taken.
+-- Two identical evaluations at once would otherwise continue the same run and store the same query twice.
+select pg_try_advisory_lock(hashtext('stark-pg eval run'), :run_id);
+
+-- name: release_run(run_id)$
+select pg_advisory_unlock(hashtext('stark-pg eval run'), :run_id);
 
 -- name: create_run(skb_id, method, options, query_set, depth, stored_k, config_hash)$
 insert into stark.eval_run (skb_id, method, options, query_set, depth, stored_k, config_hash)

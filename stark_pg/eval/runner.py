@@ -91,12 +91,37 @@ def run_method(conn: psycopg.Connection, skb_id: int, skb_name: str, method: str
     config = {"method": method, "options": settings, "query_set": query_set.label, "depth": depth,
               "stored_k": stored_k, "queries": len(query_set.queries)}
     config_hash = hashlib.sha1(json.dumps(config, sort_keys=True).encode()).hexdigest()
+    run_id = _claim_run(conn, skb_id, config_hash, lambda: sql().create_run(
+        conn, skb_id=skb_id, method=method, options=json.dumps(settings), query_set=query_set.label, depth=depth,
+        stored_k=stored_k, config_hash=config_hash))
+    try:
+        return _run(conn, skb_id, skb_name, run_id, method, settings, module, options, query_set, depth=depth,
+                    stored_k=stored_k, progress=progress, reads=reads)
+    finally:
+        try:
+            with conn.transaction():
+                sql().release_run(conn, run_id=run_id)
+        except psycopg.Error:       # a broken connection: the server releases the lock when it closes
+            pass
+
+
+def _claim_run(conn: psycopg.Connection, skb_id: int, config_hash: str, create) -> int:
+    """The newest unfinished run of this configuration that no other evaluation is continuing, or a new
+    one (`create()`), held by a session lock until run_method ends: an evaluation started twice at once
+    continues one run in each process rather than both storing the same query in the same run."""
     with conn.transaction():
-        run_id = sql().find_unfinished_run(conn, skb_id=skb_id, config_hash=config_hash)
-        if run_id is None:
-            run_id = sql().create_run(conn, skb_id=skb_id, method=method, options=json.dumps(settings),
-                                      query_set=query_set.label, depth=depth, stored_k=stored_k,
-                                      config_hash=config_hash)
+        for (run_id,) in sql().unfinished_runs(conn, skb_id=skb_id, config_hash=config_hash):
+            if sql().try_claim_run(conn, run_id=run_id):
+                return run_id
+        run_id = create()
+        sql().try_claim_run(conn, run_id=run_id)       # new: nobody else can hold it
+        return run_id
+
+
+def _run(conn: psycopg.Connection, skb_id: int, skb_name: str, run_id: int, method: str, settings: dict,
+         module: ModuleType, options, query_set: QuerySet, *, depth: int, stored_k: int, progress: Reporter,
+         reads: Reads | None) -> RunOutcome:
+    """Search and store the queries of the claimed run not yet stored, then its summary."""
     done = {row[0] for row in sql().done_query_ids(conn, skb_id=skb_id, run_id=run_id)}
     todo = [q for q in query_set.queries if q.query_id not in done]
     with progress.stage(method, total=len(query_set.queries)) as stage:
