@@ -7,6 +7,8 @@ Run by hand (figures in docs/fusion.md, "How far cross-validation can be trusted
     python benchmarks/fusion_holdout.py stark-prime-ibd --seed 1 --no-groups --features DIR \
         --extra-train ../shared/data/stark-qa/primekg      # also fit on STaRK's partly-inside training questions
     python benchmarks/fusion_holdout.py stark-prime-ibd --seed 1 --no-groups --features DIR --setting knn=20
+    python benchmarks/fusion_holdout.py stark-prime-ibd --seed 1 --no-groups --features DIR \
+        --pool-split synthetic --synthetic-weight 0 --synthetic-weight 1   # synthesized questions: pool, fit
     python benchmarks/fusion_holdout.py stark-prime-ibd --seed 1 --no-groups --features DIR --keep 0.5 --keep 1
         # a learning curve: half of the rest of train, then all of it; each row also splits the held-out
         # questions by whether a fitted question has exactly their answers (a twin)
@@ -28,6 +30,7 @@ import argparse
 import json
 import pickle
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -96,20 +99,26 @@ def feature_row(conn, skb: str, q, vector, settings: FusionSettings, model: str,
 
 def holdout_features(conn, skb: str, skb_id: int, seed: int, share: float, model: str,
                      dense: str | None = None, dense_folds: int = 2, pooled: list | None = None,
-                     settings: FusionSettings | None = None, keep: float = 1.0):
+                     settings: FusionSettings | None = None, keep: float = 1.0, pool_splits: tuple = ()):
     """(fit rows, held rows) of (query, ids, X, y), computed with the held part relabelled; rolled back.
     With `keep` < 1 the questions of dropped_ids are relabelled too, and neither fitted nor scored.
     With `dense`, trained_dense is cross-fitted over the whole training split, as `train fusion --dense`
     does: a held-out question, like every other, is scored by the fold model that never saw it.
     `pooled` questions are added to the training split for the time of the transaction, as if loaded:
-    every question's nearest-question features draw on them too, and they are fitted on."""
+    every question's nearest-question features draw on them too, and they are fitted on.
+    The questions of `pool_splits` (synthesized ones) join the pool as `train fusion --splits
+    train,SPLIT` has them (settings.splits) and come last among the fit rows."""
     settings = settings or FusionSettings()
+    if pool_splits:
+        settings = replace(settings, splits=["train", *pool_splits])
     split = from_split(conn, skb_id, "train").queries
     held = held_ids(conn, skb_id, seed, share)
     dropped = dropped_ids(split, held, seed, keep) if keep < 1 else set()
     queries = [q for q in split if q.query_id not in dropped]
     fitted = cross_fitted(conn, skb_id, queries, dense, dense_folds) if dense else [None] * len(queries)
     queries, fitted = queries + list(pooled or []), fitted + [None] * len(pooled or [])
+    others = [q for name in pool_splits for q in from_split(conn, skb_id, name).queries]
+    queries, fitted = queries + others, fitted + [None] * len(others)
     vectors = encode([q.body for q in queries], model)
     fit, out = [], []
     with conn.transaction(force_rollback=True):
@@ -187,12 +196,19 @@ def main() -> None:
                              "nearest-question features draw on (as if loaded into the SKB)")
     parser.add_argument("--setting", action="append", default=[], metavar="KEY=VALUE",
                         help="a feature setting of train fusion to change: pool, knn or link (repeatable)")
+    parser.add_argument("--pool-split", action="append", default=[], metavar="SPLIT",
+                        help="a split of synthesized questions that joins the pool and the fit, as `train fusion "
+                             "--splits train,SPLIT` (repeatable); the held-out part stays train's")
+    parser.add_argument("--synthetic-weight", type=float, action="append", metavar="W",
+                        help="with --pool-split: the fit weight of those questions' rows, one row of figures each "
+                             "(repeatable; 0 keeps them in the pool only; default 1)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     conn = connect(args.dsn) if args.dsn else connect()
     skb_id = require_skb(conn, args.skb)
     model = canonical_name(None)
-    prepare_training_split(conn, args.skb, model)
+    for split in ["train", *args.pool_split]:
+        prepare_training_split(conn, args.skb, model, split)
     if args.dense:
         check_fold_models(conn, skb_id, args.skb, args.dense, args.dense_folds)
     names = list(sql().fusion_feature_names(conn, skb=args.skb, model=model, trained_dense=bool(args.dense)))
@@ -212,14 +228,14 @@ def main() -> None:
     for seed, kept in [(seed, kept) for seed in args.seed or [1] for kept in args.keep or [1.0]]:
         tag = f"-dense-{args.dense}-{args.dense_folds}" if args.dense else ""
         tag += f"-pooled{len(extra)}" if args.extra_pool else ""
-        tag += changed + (f"-keep{kept}" if kept < 1 else "")
+        tag += changed + (f"-keep{kept}" if kept < 1 else "") + "".join(f"-pool-{p}" for p in args.pool_split)
         cached = Path(args.features) / f"{args.skb}-seed{seed}-share{args.share}{tag}.pkl" if args.features else None
         if cached and cached.exists():
             fit_rows, held_rows = pickle.loads(cached.read_bytes())
         else:
             fit_rows, held_rows = holdout_features(conn, args.skb, skb_id, seed, args.share, model, args.dense,
                                                    args.dense_folds, extra if args.extra_pool else None, settings,
-                                                   kept)
+                                                   kept, tuple(args.pool_split))
             if cached:
                 cached.parent.mkdir(parents=True, exist_ok=True)
                 cached.write_bytes(pickle.dumps((fit_rows, held_rows)))
@@ -235,18 +251,24 @@ def main() -> None:
                 if cached_extra:
                     cached_extra.write_bytes(pickle.dumps(extra_rows))
             fit_rows = fit_rows + extra_rows
-        for label, keep in variants(names, args.groups):
-            usable = [r for r in fit_rows if len(r[1])]
+        train_ids = {q.query_id for q in from_split(conn, skb_id, "train").queries} | {q.query_id for q in extra}
+        for (label, keep), weight in [(v, w) for v in variants(names, args.groups)
+                                      for w in (args.synthetic_weight or [1.0])]:
+            # a synthesized question's rows weigh `weight` (0: left out of the fit, still in the pool)
+            usable = [(r, 1.0 if r[0].query_id in train_ids else weight) for r in fit_rows if len(r[1])]
+            usable = [(r, w) for r, w in usable if w > 0]
             matrix = (lambda X: relative(X[:, keep])) if args.relative else (lambda X: X[:, keep])
-            data = lightgbm.Dataset(np.vstack([matrix(r[2]) for r in usable]), np.concatenate([r[3] for r in usable]),
-                                    group=[len(r[1]) for r in usable], free_raw_data=False)
+            data = lightgbm.Dataset(np.vstack([matrix(r[2]) for r, _ in usable]),
+                                    np.concatenate([r[3] for r, _ in usable]),
+                                    group=[len(r[1]) for r, _ in usable], free_raw_data=False,
+                                    weight=np.concatenate([np.full(len(r[1]), w) for r, w in usable]))
             for rounds in map(int, args.rounds.split(",")):
                 boosters = fit_bag(params, data, rounds, args.bag)
                 scores = [metrics.evaluate(ranked_by(ids, bag_predict(boosters, matrix(X)))
                                            if len(ids) else [], q.answer_ids)
                           for q, ids, X, _ in held_rows]
                 table.append({"seed": seed, "variant": label, "rounds": rounds, "held": len(held_rows),
-                              "fitted": len(fit_rows), "keep": kept}
+                              "fitted": len(usable), "keep": kept, "synthetic_weight": weight}
                              | {m: round(float(np.mean([s[m] for s in scores])), 3) for m in ("hit@1", "mrr")}
                              | {"with_twin": sum(twin)}
                              | {f"{m} {part}": round(float(np.mean(picked)), 3) if picked else None
@@ -256,11 +278,12 @@ def main() -> None:
     if args.json:
         print(json.dumps(table, indent=2))
         return
-    print("| seed | variant | rounds | fitted questions | held-out questions (with a twin) | Hit@1 | MRR |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| seed | variant | synthetic weight | rounds | fitted questions | held-out questions (with a twin) "
+          "| Hit@1 | MRR |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in table:
-        print(f"| {r['seed']} | {r['variant']} | {r['rounds']} | {r['fitted']} | {r['held']} ({r['with_twin']}) "
-              f"| {r['hit@1']:.3f} | {r['mrr']:.3f} |")
+        print(f"| {r['seed']} | {r['variant']} | {r['synthetic_weight']:g} | {r['rounds']} | {r['fitted']} "
+              f"| {r['held']} ({r['with_twin']}) | {r['hit@1']:.3f} | {r['mrr']:.3f} |")
 
 
 if __name__ == "__main__":

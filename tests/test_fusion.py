@@ -655,6 +655,40 @@ def test_training_questions_loaded_after_training_are_prepared_for_the_fusion_mo
     assert "training questions for fusion models" not in said, said        # nothing new: nothing said
 
 
+def test_synthetic_weight_is_chosen_by_cross_validation_and_zero_leaves_them_in_the_pool_only(trained):
+    """`--synthetic-weight 0,0.5`: cross-validation tries each weight for the other split's questions with
+    the trees (scoring train's questions only), the choice is stored and shown by the command that trains it
+    again; at 0 the other split is not fitted on; a weight without train beside another split is refused."""
+    url, _ = trained
+    with connect(url) as conn:
+        skb_id = conn.execute("select skb_id from stark.skb where name = %s", (SKB,)).fetchone()[0]
+        own = conn.execute("select body, answer_ids from stark.query where skb_id = %s and split = 'train' "
+                           "order by query_id desc limit 10", (skb_id,)).fetchall()
+        for i, (body, answers) in enumerate(own):
+            conn.execute("insert into stark.query (skb_id, query_id, split, body, answer_ids) values (%s, %s, "
+                         "'weighed', %s, %s) on conflict do nothing", (skb_id, 31_000_000 + i, f"Again: {body}", answers))
+        conn.commit()
+        quick = dict(limit=20, rounds=[5], folds=2, min_data_in_leaf=[5], bag=1, splits=["train", "weighed"])
+        report = train_fusion(conn, SKB, FusionSettings(name="weighed", synthetic_weight=[0, 0.5], **quick))
+        assert sorted({row["synthetic_weight"] for row in report["cv"]}) == [0.0, 0.5]
+        assert all(row["scored"] == 20 for row in report["cv"]) and report["scored_in_cv"] == 20
+        chosen = report["chosen_synthetic_weight"]
+        assert report["fitted"] == {"questions": 30 if chosen else 20, "synthesized": 10 if chosen else 0}
+        stored = load(conn, skb_id, SKB, "weighed")
+        assert stored.settings["chosen_synthetic_weight"] == chosen
+        assert "--synthetic-weight 0,0.5" in train_command(SKB, stored.settings)
+        pool_only = train_fusion(conn, SKB, FusionSettings(name="weighed0", synthetic_weight=[0], **quick))
+        assert pool_only["fitted"] == {"questions": 20, "synthesized": 0}
+        with pytest.raises(ValueError, match="--synthetic-weight"):
+            train_fusion(conn, SKB, FusionSettings(name="w", synthetic_weight=[0.5], limit=20, rounds=[5], folds=2))
+        with pytest.raises(ValueError, match="--synthetic-weight"):
+            train_fusion(conn, SKB, FusionSettings(name="w", synthetic_weight=[-1], **quick))
+    from conftest import cli_runner
+
+    said = cli_runner(url)("train", "fusion", SKB, "--synthetic-weight", "half", "-q", expect=2)
+    assert "--synthetic-weight" in said.stderr + said.stdout and "half" in said.stderr + said.stdout
+
+
 def test_splits_fit_on_several_splits_score_only_train_and_set_the_neighbour_pool(trained):
     """`--splits train,more`: the other split's questions are fitted on and join the pool the nearest-question
     features read (at training and at search time), while cross-validation scores train's questions only;

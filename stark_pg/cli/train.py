@@ -329,6 +329,11 @@ def fusion(
                                     "search time: e.g. train,synthetic (`stark-pg synthesize`). Cross-validation "
                                     "scores only train's questions when train is among them; val and test are "
                                     "refused."),
+    synthetic_weight: str = typer.Option("1", "--synthetic-weight", metavar="W[,W...]",
+                                         help="With --splits train,OTHER: the weight in the fit of each question of "
+                                              "the other splits (synthesized ones), chosen among by "
+                                              "cross-validation on train's questions with the trees; 0 keeps them "
+                                              "in the nearest-question pool only. E.g. 0,0.25,1."),
     json_: bool = typer.Option(False, "--json", help="Cross-validation figures and feature importance as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -352,7 +357,8 @@ def fusion(
                               folds=folds, repeats=repeats, leaves=leaf_counts, min_data_in_leaf=leaf_data,
                               learning_rate=learning_rate, seed=seed, bag=bag, limit=limit, dense=dense,
                               dense_folds=dense_folds, extra_train=str(extra_train) if extra_train else None,
-                              extra_min_share=extra_min_share, splits=splits.split(","))
+                              extra_min_share=extra_min_share, splits=splits.split(","),
+                              synthetic_weight=numbers(synthetic_weight, "--synthetic-weight", least=0))
     with state(ctx).connect() as conn:
         try:
             report = train_fusion(conn, name, settings, progress=reporter(quiet or json_))
@@ -367,12 +373,13 @@ def fusion(
                         + (f", a bag of {report['bag']} models" if report["bag"] > 1 else "")
                         + (f", cross-validation repeated {report['repeats']} times" if report["repeats"] > 1 else "")
                         + f", {report['seconds']:.0f} s", title_justify="left")
-    for column in ("leaves", "min data in leaf", "rounds", "CV Hit@1", "CV MRR", "chosen"):
+    for column in ("leaves", "min data in leaf", "synthetic weight", "rounds", "CV Hit@1", "CV MRR", "chosen"):
         table.add_column(column)
     for row in report["cv"]:
-        chosen = all(row[key] == report[f"chosen_{key}"] for key in ("leaves", "min_data_in_leaf", "rounds"))
-        table.add_row(str(row["leaves"]), str(row["min_data_in_leaf"]), str(row["rounds"]),
-                      f"{row['hit@1']:.3f}", f"{row['mrr']:.3f}", "yes" if chosen else "")
+        chosen = all(row[key] == report[f"chosen_{key}"]
+                     for key in ("leaves", "min_data_in_leaf", "synthetic_weight", "rounds"))
+        table.add_row(str(row["leaves"]), str(row["min_data_in_leaf"]), f"{row['synthetic_weight']:g}",
+                      str(row["rounds"]), f"{row['hit@1']:.3f}", f"{row['mrr']:.3f}", "yes" if chosen else "")
     out.print(table)
     out.print("most useful features (gain): " + ", ".join(report["importance"]), highlight=False)
 
@@ -538,11 +545,16 @@ def parse_fold(text: str) -> tuple[int, int]:
 def integers(text: str, option: str, least: int) -> list[int]:
     """A comma-separated list of integers, each at least `least` (--rounds, --leaves, ...), or a usage
     error naming the option."""
+    return numbers(text, option, least, int, "7,15")
+
+
+def numbers(text: str, option: str, least: float, kind: type = float, example: str = "0,0.5,1") -> list:
+    """A comma-separated list of numbers of `kind`, each at least `least`, or a usage error naming the option."""
     try:
-        values = [int(part) for part in text.split(",") if part.strip()]
+        values = [kind(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise typer.BadParameter(f"expected comma-separated integers, such as 7,15, not {text!r}",
-                                 param_hint=option) from None
+        raise typer.BadParameter(f"expected comma-separated {'integers' if kind is int else 'numbers'}, such as "
+                                 f"{example}, not {text!r}", param_hint=option) from None
     if not values or min(values) < least:
         raise typer.BadParameter(f"{text!r}: each value must be at least {least}", param_hint=option)
     return values

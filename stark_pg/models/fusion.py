@@ -50,6 +50,9 @@ class FusionSettings:
     extra_min_share: float = 0.0      # of those, only questions with at least this share of answers inside
     splits: list[str] = field(default_factory=lambda: ["train"])  # questions fitted on, and the pool the
                                       # nearest-question features read (`--splits train,synthetic`)
+    synthetic_weight: list[float] = field(default_factory=lambda: [1.0])  # each row's weight in the fit for
+                                      # questions of splits other than train, chosen among by cross-validation;
+                                      # 0: they join the nearest-question pool only, never fitted on
 
 
 # the tree settings cross-validation chooses among (each a list in FusionSettings), with the rounds

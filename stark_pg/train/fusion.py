@@ -113,6 +113,7 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
     # chosen on questions like those the model will be judged on, never on synthesized ones
     real = {q.query_id for q in from_split(conn, skb_id, "train").queries} if "train" in splits else None
     scored = [i for i, q in enumerate(queries) if real is None or q.query_id in real]
+    weights = synthetic_weights(settings, splits)
     if len(scored) < settings.folds * 2:
         raise ValueError(f"{len(scored)} training queries (splits {', '.join(splits)}) are too few for "
                          f"{settings.folds}-fold cross-validation")
@@ -133,13 +134,21 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
     extra_data = featured_with(conn, skb, extra.queries, extra_vectors, extra_dense, settings, model, progress,
                            "features (extra training questions)")
     featured = time.perf_counter()
-    grid = tree_grid(settings)
+    # the trees' settings and the synthesized questions' weight, chosen together; ties go to the earlier
+    grid = [trees | {"synthetic_weight": w} for trees in tree_grid(settings) for w in weights]
+    extra_ids = {q.query_id for q in extra.queries}      # real STaRK questions: fitted on at full weight
 
     def fit(part: list[QueryFeatures], trees: dict, rounds: int, seeds: int = 1) -> list:
-        """`seeds` models fitted on the same rows with the seeds settings.seed, settings.seed + 1, ... (fit_bag)"""
-        usable = [q for q in part if len(q.node_ids)]
-        train_set = lightgbm.Dataset(np.vstack([q.X for q in usable]), np.concatenate([q.y for q in usable]),
-                                     group=[len(q.node_ids) for q in usable], feature_name=_safe(names),
+        """`seeds` models fitted on the same rows with the seeds settings.seed, settings.seed + 1, ... (fit_bag);
+        a question of a split other than train weighs `synthetic_weight` (0: left out of the fit)"""
+        trees = dict(trees)
+        weight = trees.pop("synthetic_weight")
+        weighed = [(q, 1.0 if real is None or q.query_id in real or q.query_id in extra_ids else weight)
+                   for q in part if len(q.node_ids)]
+        usable = [(q, w) for q, w in weighed if w > 0]
+        train_set = lightgbm.Dataset(np.vstack([q.X for q, _ in usable]), np.concatenate([q.y for q, _ in usable]),
+                                     group=[len(q.node_ids) for q, _ in usable], feature_name=_safe(names),
+                                     weight=np.concatenate([np.full(len(q.node_ids), w) for q, w in usable]),
                                      free_raw_data=False)
         return fit_bag(lightgbm_params(settings, **trees), train_set, rounds, seeds)
 
@@ -170,9 +179,12 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
           | {"scored": len(held_out)} for (g, r), held_out in scores.items()]
     # the best MRR; a tie goes to the simpler model: the earlier in the grid, then fewer rounds
     best = max(range(len(cv)), key=lambda i: (cv[i]["mrr"], -i))
-    chosen = {f"chosen_{key}": cv[best][key] for key in (*TREE_SETTINGS, "rounds")}
-    trees = {key: cv[best][key] for key in TREE_SETTINGS}
+    chosen = {f"chosen_{key}": cv[best][key] for key in (*TREE_SETTINGS, "synthetic_weight", "rounds")}
+    trees = {key: cv[best][key] for key in (*TREE_SETTINGS, "synthetic_weight")}
     boosters = fit(data + extra_data, trees, cv[best]["rounds"], settings.bag)
+    others = sum(1 for q in data if real is not None and q.query_id not in real)
+    fitted = {"questions": len(data) + len(extra_data) - (others if trees["synthetic_weight"] == 0 else 0),
+              "synthesized": 0 if trees["synthetic_weight"] == 0 else others}
     gains = np.mean([b.feature_importance("gain") for b in boosters], axis=0)
     importance = {n: round(float(g), 2) for n, g in sorted(zip(names, gains), key=lambda x: -x[1])}
     fusion = FusionModel(settings.name, model, names, [b.model_to_string() for b in boosters], compile_sql(boosters),
@@ -180,10 +192,23 @@ def train_fusion(conn: psycopg.Connection, skb: str, settings: FusionSettings | 
                          {"cv": cv} | chosen, importance)
     save(conn, skb_id, fusion)
     return {"name": settings.name, "queries": len(data), "splits": splits, "scored_in_cv": len(scored),
-            "extra_queries": len(extra_data),
+            "extra_queries": len(extra_data), "fitted": fitted,
             "extra_train": extra.report or None, "features": len(names), "cv": cv} | chosen | {
             "bag": settings.bag, "repeats": settings.repeats, "importance": dict(list(importance.items())[:10]),
             "feature_seconds": round(featured - started, 1), "seconds": round(time.perf_counter() - started, 1)}
+
+
+def synthetic_weights(settings: FusionSettings, splits: list[str]) -> list[float]:
+    """The weights of synthesized questions cross-validation chooses among, 1 first (all questions alike,
+    the simplest, wins ties). Only train's questions are real, so the weights mean something only beside
+    train; without it every question weighs 1."""
+    weights = sorted({float(w) for w in settings.synthetic_weight}, reverse=True)
+    if not weights or weights[-1] < 0:
+        raise ValueError(f"--synthetic-weight: each weight must be 0 or more, not {settings.synthetic_weight}")
+    if weights != [1.0] and ("train" not in splits or splits == ["train"]):
+        raise ValueError(f"--synthetic-weight weighs the questions of splits other than train beside train's: "
+                         f"--splits must hold train and another split, not {','.join(splits)}")
+    return weights
 
 
 def cross_validation_folds(n: int, settings: FusionSettings):
