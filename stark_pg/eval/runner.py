@@ -2,8 +2,10 @@
 
 Each query's result is committed as soon as it is scored, and a run is identified by a hash of its
 configuration (SKB, method, settings, query set, depth), so re-running an interrupted evaluation
-continues the unfinished run instead of starting over. A query whose method fails (an LLM error,
-a timeout) is stored with the reason and scores zero; the run goes on.
+continues the unfinished run instead of starting over. An evaluation holds its run (an advisory lock)
+while it works on it, so the same evaluation started twice at once makes two runs rather than storing
+each query twice in one. A query whose method fails (an LLM error, a timeout) is stored with the reason
+and scores zero; the run goes on.
 
 With --workers N (stark_pg.llm.concurrency) up to N queries are searched at once, each on a
 connection of its own (a connection serves one transaction at a time), which is what a method that
