@@ -51,13 +51,15 @@ def _reporter(progress: bool):
 
 
 class Database:
-    """One open connection; use it as a context manager (or call close()). Not for several threads at once."""
+    """One open connection (and, on a DSN with standbys, one more for searches); use it as a context manager
+    (or call close()). Not for several threads at once."""
 
     def __init__(self, dsn: str | None = None):
         from stark_pg.db import connect as open_connection
 
         self.dsn = dsn
         self.conn = open_connection(dsn)
+        self._read_conn = None
 
     def __enter__(self) -> "Database":
         return self
@@ -66,7 +68,20 @@ class Database:
         self.close()
 
     def close(self) -> None:
+        if self._read_conn is not None:
+            self._read_conn.close()
         self.conn.close()
+
+    @property
+    def read_conn(self):
+        """Where searches run: a standby's connection, opened on first use, when the DSN names a primary and
+        standbys (as `stark-pg search` reads there); else the one connection."""
+        reads = self._reads()
+        if reads is None:
+            return self.conn
+        if self._read_conn is None or self._read_conn.closed:
+            self._read_conn = reads()
+        return self._read_conn
 
     def _reads(self):
         """Read connections on a standby when the DSN names a primary and standbys (as `stark-pg eval`
@@ -187,7 +202,7 @@ class SKB:
 
         check_k(k, "k")
         module, settings = configure(method, values=options)
-        hits, ranking = search_described(self.db.conn, self.name, query, module, settings, k)
+        hits, ranking = search_described(self.db.read_conn, self.name, query, module, settings, k)
         return Hits(hits, ranking.trace)
 
     def evaluate(self, methods=DEFAULT_METHODS, split: str = "val", *, limit: int | None = None,

@@ -125,6 +125,33 @@ def test_the_cli_searches_on_the_standby_and_stores_eval_runs_on_the_primary(pai
         assert conn.execute("select count(*) from stark.eval_result where run_id = %s", (run_id,)).fetchone()[0] == 5
 
 
+def test_the_python_api_and_serve_search_on_the_standby(pair):
+    """`stark_pg.connect(dsn)` and `stark-pg serve` on a DSN with standbys: searches run on a standby
+    (its BM25 engine is the SQL one: pg_textsearch cannot read on a standby), and rank as the primary."""
+    from starlette.testclient import TestClient
+
+    import stark_pg
+    from stark_pg.serve import create_app
+    from stark_pg.serve.app import Store
+
+    with stark_pg.connect(pair.routed) as db:
+        routed = db.skb(SKB).search("drug", method="bm25", k=10)
+        assert routed.trace["engine"] == "sql"
+        assert db.read_conn.execute("select pg_is_in_recovery()").fetchone()[0] is True
+        assert db.conn.execute("select pg_is_in_recovery()").fetchone()[0] is False      # writes: the primary
+    with stark_pg.connect(pair.primary) as db:
+        assert db.read_conn is db.conn
+        on_primary = db.skb(SKB).search("drug", method="vss", k=10)
+    with stark_pg.connect(pair.routed) as db:
+        assert [h.node_id for h in db.skb(SKB).search("drug", method="vss", k=10)] == [h.node_id for h in on_primary]
+    with Store(pair.routed).connect() as conn:
+        assert conn.execute("select pg_is_in_recovery()").fetchone()[0] is True
+    with TestClient(create_app(pair.routed)) as client:
+        served = client.get("/api/search", params={"skb": SKB, "q": "drug", "method": "bm25", "k": 10})
+        assert served.status_code == 200, served.text
+        assert served.json()["trace"]["engine"] == "sql"
+
+
 def _searches(url: str, read: bool, method: str, settings: dict, queries) -> list:
     from stark_pg.db import connect
     from stark_pg.retrieve import get_method

@@ -61,7 +61,8 @@ class Store:
     Read-only by the connection string: `options=-c default_transaction_read_only=on`, so that every
     connection made from it is too, including the side connections code opens from `conn.info.dsn`
     (the LLM cache writes its answers on one). The schema is brought up to date once, on an ordinary
-    connection, as every command does."""
+    connection, as every command does. A DSN naming a primary and standbys sends the requests to a
+    standby (`target_session_attrs=prefer-standby`, as `stark-pg search` reads): serving only reads."""
 
     def __init__(self, dsn: str | None):
         self.dsn = dsn
@@ -72,12 +73,12 @@ class Store:
             from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
             from stark_pg.db import connect
-            from stark_pg.db.connection import resolve_dsn
+            from stark_pg.db.connection import read_dsn, resolve_dsn
 
             base = resolve_dsn(self.dsn)
             connect(base).close()
             options = conninfo_to_dict(base).get("options") or ""
-            self._url = make_conninfo(base, options=f"{options} -c default_transaction_read_only=on".strip())
+            self._url = make_conninfo(read_dsn(base), options=f"{options} -c default_transaction_read_only=on".strip())
         return self._url
 
     @contextmanager
