@@ -768,3 +768,45 @@ def test_training_passes_the_pairs_and_computes_the_same_features_and_model(trai
                        SKB, "without-pairs")
         assert with_pairs.booster_texts == without.booster_texts and with_pairs.score_sql == without.score_sql
         assert with_pairs.metrics == without.metrics
+
+
+def test_fusion_rerank_moves_only_fusions_head_and_sim_weight_bounds_how_far(trained):
+    """`fusion+rerank`: the LLM (a local server speaking OpenAI's protocol) reorders fusion's top k_max and
+    leaves the rest as fusion ranks it, scores falling as ranks rise; with STaRK's sim_weight 0.1 the one
+    document it calls relevant rises to the top, with a sim_weight larger than k_max times the LLM's
+    range it moves nothing."""
+    import re
+
+    from fake_llm_server import FakeLLMServer, user_text
+    from stark_pg.retrieve import fusion as fusion_method, fusion_rerank
+
+    url, _ = trained
+    server = FakeLLMServer().start()
+    try:
+        with connect(url) as conn:
+            body = conn.execute("select body from stark.query where skb_id = stark.skb_id(%s) and split = 'val' "
+                                "order by query_id limit 1", (SKB,)).fetchone()[0]
+            plain = fusion_method.search(conn, SKB, body, 30)
+            favourite = conn.execute("select name from stark.node where skb_id = stark.skb_id(%s) and node_id = %s",
+                                     (SKB, plain.node_ids[5])).fetchone()[0]
+
+            def responder(kind, request):
+                name = re.search(r"^name: (.*)$", user_text(kind, request), re.M).group(1)
+                return json.dumps({"score": 1.0 if name == favourite else 0.0})
+
+            server.responder = responder
+
+            def reranked(sim_weight: float):
+                return fusion_rerank.search(conn, SKB, body, 30, fusion_rerank.Options(
+                    k_max=6, llm="openai:qwen-test", base_url=server.openai_url, sim_weight=sim_weight))
+
+            free = reranked(0.1)
+            assert free.node_ids[:6] == [plain.node_ids[5], *plain.node_ids[:5]]
+            assert free.hits[6:] == plain.hits[6:]
+            scores = [h.score for h in free.hits]
+            assert scores == sorted(scores, reverse=True) and scores[5] > scores[6]
+            assert free.trace["method"] == "fusion+rerank" and free.trace["fusion"]["method"] == "fusion"
+            assert free.trace["llm"]["calls"] == 6 and len(free.trace["rerank"]["scores"]) == 6
+            assert reranked(7.0).node_ids == plain.node_ids
+    finally:
+        server.stop()

@@ -19,7 +19,7 @@ KNOWN = {   # what a few methods need, by hand: the check on the modules' NEEDS
     "bm25": set(), "vss": set(), "hybrid": set(), "prf": set(),
     "mfar": {"training"}, "fusion": {"training"},
     "kar": {"llm"}, "hyde": {"llm"}, "rar": {"llm"}, "agr": {"llm"}, "4stepfocus": {"llm"}, "vss+rerank": {"llm"},
-    "agent": {"llm", "training"},
+    "agent": {"llm", "training"}, "fusion+rerank": {"llm", "training"},
 }
 
 

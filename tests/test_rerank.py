@@ -24,6 +24,7 @@ from stark_pg.index.dense import build_dense
 from stark_pg.llm import LLMCallFailed, LLMClient, LLMSettings
 from stark_pg.llm.cache import LLMCache
 from stark_pg.retrieve import get_method, vss, vss_rerank
+from stark_pg.retrieve import rerank as rerank_module
 from stark_pg.retrieve.rerank import Relevance, batch_model, rerank
 from stark_pg.skb.store import load_skb
 
@@ -197,7 +198,7 @@ def test_a_failing_call_raises(conn, slice_conn, slice_query, server):
 def test_vss_rerank_reranks_the_head_and_keeps_the_tail(conn, slice_conn, slice_query, server, monkeypatch):
     server.responder = lambda kind, body: json.dumps({"score": made_up_score(names_in(user_text(kind, body))[0])})
     # the client the method builds from its options, but caching in the fresh database
-    monkeypatch.setattr(vss_rerank, "client_from_options", lambda c, **kw: fake_client(conn, server))
+    monkeypatch.setattr(rerank_module, "client_from_options", lambda c, **kw: fake_client(conn, server))
     plain = vss.search(slice_conn, "stark-prime-ibd", slice_query, 30)
     ranking = vss_rerank.search(slice_conn, "stark-prime-ibd", slice_query, 30,
                                 vss_rerank.Options(k_max=8, llm="openai:qwen-test", base_url=server.openai_url))

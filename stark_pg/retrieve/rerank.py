@@ -1,6 +1,6 @@
 """The LLM reranker (STaRK's VSS+LLM reranker): an LLM scores each candidate's relevance in [0, 1].
 
-Shared by `vss+rerank` and `4stepfocus`. Each candidate's document (stark.render_document, cut to
+Shared by `vss+rerank`, `fusion+rerank` and `4stepfocus`. Each candidate's document (stark.render_document, cut to
 `doc_chars` characters) goes to the LLM with the query; the reply is a JSON object validated by
 pydantic (one repair request, stark_pg.llm). Candidates are then sorted by the LLM's score plus
 `sim_weight` times their standing in the incoming order ((n - i) / n for the i-th of n), as STaRK's
@@ -19,16 +19,17 @@ raises, so the evaluation records the query as failed.
 
 from __future__ import annotations
 
+import time
 from typing import Annotated
 
 import psycopg
 from pydantic import BaseModel, Field, create_model, model_validator
 
-from stark_pg.llm import LLMClient, LLMInvalidOutput
+from stark_pg.llm import LLMClient, LLMInvalidOutput, client_from_options
 from stark_pg.llm.concurrency import ordered_map
 from stark_pg.options import OptionError
 from stark_pg.resources import queries as sql
-from stark_pg.retrieve import Hit
+from stark_pg.retrieve import Hit, Ranking
 
 DOC_CHARS = 800
 SIM_WEIGHT = 0.1       # STaRK's LLMReranker default
@@ -109,6 +110,31 @@ def rerank(conn: psycopg.Connection, skb: str, query: str, node_ids: list[int], 
                            "scores": [[node_ids[i], scores[i]] for i in range(len(node_ids))],
                            "invalid": invalid}
     return [Hit(node_ids[i], combined[i]) for i in order]
+
+
+def rerank_head(conn: psycopg.Connection, skb: str, query: str, first: Ranking, k: int, options, method: str,
+                stage: str, offset: float | None = None) -> Ranking:
+    """A first stage's top `options.k_max` reranked by the LLM (`rerank`), the rest of its ranking below.
+
+    What `vss+rerank` and `fusion+rerank` share; `options` carries the LLM (llm, base_url, cache) and
+    the reranker's settings (k_max, doc_chars, batch, relations, sim_weight). Reranked nodes score
+    `offset` + their combined score, the rest keep the first stage's: with `offset` None, one more than
+    the best score left below, so scores fall as ranks rise whatever the first stage's scale. The trace
+    holds the first stage's under `stage`, each candidate's LLM score and the LLM meter (`llm`)."""
+    client = client_from_options(conn, llm=options.llm, base_url=options.base_url, cache=options.cache)
+    head, rest = first.hits[:options.k_max], first.hits[options.k_max:]
+    trace = {"method": method, stage: first.trace, "k_max": options.k_max}
+    started = time.perf_counter()
+    with client.metered() as meter:
+        reranked = rerank(conn, skb, query, [h.node_id for h in head], client, doc_chars=options.doc_chars,
+                          batch=options.batch, with_relations=options.relations,
+                          sim_weight=options.sim_weight, trace=trace)
+    trace["rerank_ms"] = round((time.perf_counter() - started) * 1000, 3)
+    trace["llm"] = meter.as_dict()
+    if offset is None:
+        offset = (max(h.score for h in rest) + 1.0) if rest else 0.0
+    hits = [Hit(h.node_id, offset + h.score) for h in reranked] + rest
+    return Ranking(hits[:k], trace)
 
 
 def _score_one(client: LLMClient, query: str, document: str) -> float | None:

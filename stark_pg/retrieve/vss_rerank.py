@@ -9,15 +9,13 @@ order) and the LLM meter (`llm`).
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import psycopg
 
-from stark_pg.llm import client_from_options
 from stark_pg.options import LLMOptions, OptionError
-from stark_pg.retrieve import Hit, Ranking, vss
-from stark_pg.retrieve.rerank import DOC_CHARS, SIM_WEIGHT, check_rerank, rerank
+from stark_pg.retrieve import Ranking, vss
+from stark_pg.retrieve.rerank import DOC_CHARS, SIM_WEIGHT, check_rerank, rerank_head
 
 
 NEEDS = ("llm",)  # an LLM at query time (see README: LLMs)
@@ -41,16 +39,5 @@ class Options(LLMOptions):
 
 def search(conn: psycopg.Connection, skb: str, query: str, k: int = 10, options: Options | None = None) -> Ranking:
     options = options or Options()
-    client = client_from_options(conn, llm=options.llm, base_url=options.base_url, cache=options.cache)
     first = vss.search(conn, skb, query, max(k, options.k_max), vss.Options(model=options.model))
-    head, rest = first.hits[:options.k_max], first.hits[options.k_max:]
-    trace = {"method": "vss+rerank", "vss": first.trace, "k_max": options.k_max}
-    started = time.perf_counter()
-    with client.metered() as meter:
-        reranked = rerank(conn, skb, query, [h.node_id for h in head], client, doc_chars=options.doc_chars,
-                          batch=options.batch, with_relations=options.relations,
-                          sim_weight=options.sim_weight, trace=trace)
-    trace["rerank_ms"] = round((time.perf_counter() - started) * 1000, 3)
-    trace["llm"] = meter.as_dict()
-    hits = [Hit(h.node_id, 1.0 + h.score) for h in reranked] + rest
-    return Ranking(hits[:k], trace)
+    return rerank_head(conn, skb, query, first, k, options, "vss+rerank", "vss", offset=1.0)
