@@ -144,9 +144,7 @@ class RayExecutor:
 
     def _connect(self, ray, options: RayOptions) -> None:
         if self._owns_ray:
-            import stark_pg
-
-            package = str(Path(stark_pg.__file__).resolve().parent)
+            package = str(Path(__file__).resolve().parents[1])        # this stark_pg package
             try:
                 ray.init(address=options.address, logging_level=logging.WARNING, log_to_driver=False,
                          configure_logging=True,
