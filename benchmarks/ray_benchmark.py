@@ -20,7 +20,13 @@ What is measured, from a progress reporter that timestamps every committed batch
   commit to the last one's, i.e. throughput once the model is loaded and the workers are running;
 - start seconds: from the build's start to its first committed batch (connecting to Ray, starting the
   workers, loading the model, embedding one batch);
-- documents seconds: the build's start to the last batch, the whole embedding stage.
+- documents seconds: the build's start to the last batch, the whole embedding stage;
+- CPU ms a document: the CPU time (user + system) this process and the cluster's embedding workers
+  spent between the first batch's commit and the last one's, per document embedded in that span.
+  On a machine shared with other jobs, documents/s depend on the share of the cores each
+  configuration wins from them (more processes win more); CPU time per document does not, and is the
+  overhead at equal cores. PostgreSQL's own CPU time is the same work in every configuration and is
+  not counted.
 `--commit-batch` documents are committed together (the command line commits 256), so that a two-worker
 run has enough batches to keep both busy to the end on a small SKB.
 """
@@ -46,19 +52,43 @@ sys.path.insert(0, str(ROOT))
 SKB = "bench-ray"
 
 
-class Timestamps:
-    """A progress Reporter that records (seconds, count) at every advance of the documents stage."""
+def worker_cpu_seconds(marker: str) -> dict[int, float]:
+    """User + system CPU seconds of each of the benchmark cluster's embedding workers, by pid (its
+    processes carry `marker` in their environment; Ray names an actor's process after its class)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if not (proc / "cmdline").read_bytes().startswith(b"ray::EmbeddingWorker"):
+                continue
+            if f"STARK_PG_BENCH_RAY={marker}".encode() not in (proc / "environ").read_bytes().split(b"\0"):
+                continue
+            fields = (proc / "stat").read_text().rpartition(")")[2].split()
+            found[int(proc.name)] = (int(fields[11]) + int(fields[12])) / tick
+        except OSError:
+            continue
+    return found
 
-    def __init__(self):
-        self.marks: list[tuple[float, int]] = []
+
+class Timestamps:
+    """A progress Reporter that records, at every advance of the documents stage, (seconds, count, CPU
+    seconds of this process and of the cluster's embedding workers so far)."""
+
+    def __init__(self, marker: str | None):
+        self.marks: list[tuple[float, int, float]] = []
+        self.marker = marker
 
     @contextmanager
     def stage(self, label: str, total: int | None = None, unit: str = ""):
         marks = self.marks if label == "documents" else []
+        marker = self.marker
 
         class _Stage:
             def advance(self, n: int = 1) -> None:
-                marks.append((time.perf_counter(), n))
+                cpu = time.process_time() + (sum(worker_cpu_seconds(marker).values()) if marker else 0.0)
+                marks.append((time.perf_counter(), n, cpu))
 
             def describe(self, text: str) -> None:
                 pass
@@ -68,12 +98,13 @@ class Timestamps:
 
 @contextmanager
 def ray_head(cpus: int):
-    """HOST:PORT of a one-node Ray cluster with `cpus` CPUs, stopped when the block ends."""
+    """(HOST:PORT, marker) of a one-node Ray cluster with `cpus` CPUs, stopped when the block ends; its
+    processes carry the marker in their environment."""
     temp = Path(tempfile.mkdtemp(prefix="ray-bench-", dir="/tmp"))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = os.environ | {"RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(ROOT)}
+    env = os.environ | {"RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(ROOT), "STARK_PG_BENCH_RAY": str(temp)}
     head = subprocess.Popen([str(Path(sys.executable).with_name("ray")), "start", "--head", "--block", "--port",
                              str(port), "--num-cpus", str(cpus), "--include-dashboard=false", "--temp-dir", str(temp),
                              "--node-ip-address", "127.0.0.1", "--disable-usage-stats"], env=env,
@@ -89,7 +120,7 @@ def ray_head(cpus: int):
                     raise SystemExit("the Ray head did not start")
                 time.sleep(0.3)
         time.sleep(2)                     # the raylet registers a moment after the GCS listens
-        yield f"127.0.0.1:{port}"
+        yield f"127.0.0.1:{port}", str(temp)
     finally:
         head.send_signal(signal.SIGTERM)
         try:
@@ -120,19 +151,20 @@ def clear_vectors(conn) -> None:
         conn.commit()
 
 
-def one_run(conn, ray_options, commit_batch: int) -> dict:
+def one_run(conn, ray_options, commit_batch: int, marker: str) -> dict:
     from stark_pg.index.dense import build_dense
 
     clear_vectors(conn)
-    reporter = Timestamps()
+    reporter = Timestamps(marker if ray_options else None)
     started = time.perf_counter()
     report = build_dense(conn, SKB, multi_vector=False, progress=reporter, batch_size=commit_batch, ray=ray_options)
     marks = reporter.marks
-    first_at, first_n = marks[0]
-    last_at = marks[-1][0]
-    after_first = sum(n for _, n in marks[1:])
+    first_at, _, first_cpu = marks[0]
+    last_at, _, last_cpu = marks[-1]
+    after_first = sum(m[1] for m in marks[1:])
     return {"documents": report["documents"]["embedded"], "encoding": report["encoding"],
-            "steady_docs_per_s": after_first / (last_at - first_at) if last_at > first_at else None,
+            "steady_docs_per_s": after_first / (last_at - first_at),
+            "cpu_ms_per_doc": 1000 * (last_cpu - first_cpu) / after_first,
             "start_s": first_at - started, "documents_s": last_at - started}
 
 
@@ -152,22 +184,23 @@ def main() -> None:
 
     load = os.getloadavg()
     runs: dict[str, list[dict]] = {"local": [], "ray-1": [], "ray-2": []}
-    with connect(args.dsn) as conn, ray_head(args.cpus) as address:
+    with connect(args.dsn) as conn, ray_head(args.cpus) as (address, marker):
         prepare(conn, args.nodes)
-        one_run(conn, None, args.commit_batch)          # the ONNX export and the page cache warm, not timed
+        one_run(conn, None, args.commit_batch, marker)  # the ONNX export and the page cache warm, not timed
         configs = {"local": None, "ray-1": RayOptions(address, workers=1),
                    "ray-2": RayOptions(address, workers=2)}
         for round_no in range(args.rounds):
             for name, options in configs.items():
-                run = one_run(conn, options, args.commit_batch)
+                run = one_run(conn, options, args.commit_batch, marker)
                 runs[name].append(run)
-                print(f"round {round_no + 1} {name}: {run['steady_docs_per_s']:.1f} documents/s after the first "
-                      f"batch, first batch after {run['start_s']:.1f} s, {run['documents_s']:.1f} s in all",
-                      file=sys.stderr)
+                print(f"round {round_no + 1} {name}: {run['steady_docs_per_s']:.1f} documents/s and "
+                      f"{run['cpu_ms_per_doc']:.1f} CPU ms a document after the first batch, first batch after "
+                      f"{run['start_s']:.1f} s, {run['documents_s']:.1f} s in all", file=sys.stderr)
     summary = {}
     for name, rows in runs.items():
         summary[name] = {
             "steady_docs_per_s": round(statistics.median(r["steady_docs_per_s"] for r in rows), 2),
+            "cpu_ms_per_doc": round(statistics.median(r["cpu_ms_per_doc"] for r in rows), 1),
             "start_s": round(statistics.median(r["start_s"] for r in rows), 2),
             "documents_s": round(statistics.median(r["documents_s"] for r in rows), 2),
             "runs": [round(r["steady_docs_per_s"], 2) for r in rows],
@@ -176,6 +209,7 @@ def main() -> None:
         summary[name]["steady_vs_local"] = round(summary[name]["steady_docs_per_s"]
                                                  / summary["local"]["steady_docs_per_s"], 3)
         summary[name]["whole_vs_local"] = round(summary["local"]["documents_s"] / summary[name]["documents_s"], 3)
+        summary[name]["cpu_vs_local"] = round(summary[name]["cpu_ms_per_doc"] / summary["local"]["cpu_ms_per_doc"], 3)
     result = {"nodes": args.nodes, "cpus": args.cpus, "rounds": args.rounds, "commit_batch": args.commit_batch,
               "load_average_before": [round(x, 2) for x in load],
               "load_average_after": [round(x, 2) for x in os.getloadavg()], "configs": summary}
@@ -184,10 +218,11 @@ def main() -> None:
         return
     print(f"{args.nodes} documents, {args.cpus} CPUs, median of {args.rounds} rounds "
           f"(load average before {load[0]:.1f}, after {os.getloadavg()[0]:.1f})")
-    print(f"{'config':8} {'steady docs/s':>14} {'vs local':>9} {'first batch s':>14} {'embedding s':>12} "
-          f"{'whole vs local':>15}")
+    print(f"{'config':8} {'steady docs/s':>14} {'vs local':>9} {'CPU ms/doc':>11} {'vs local':>9} "
+          f"{'first batch s':>14} {'embedding s':>12} {'whole vs local':>15}")
     for name, row in summary.items():
         print(f"{name:8} {row['steady_docs_per_s']:>14.1f} {row.get('steady_vs_local', 1):>9.3f} "
+              f"{row['cpu_ms_per_doc']:>11.1f} {row.get('cpu_vs_local', 1):>9.3f} "
               f"{row['start_s']:>14.1f} {row['documents_s']:>12.1f} {row.get('whole_vs_local', 1):>15.3f}")
 
 
