@@ -237,6 +237,33 @@ def test_a_stopped_build_resumes_where_it_stopped(ray_cluster, db_url):
     _check_complete(db_url, _stored(db_url))
 
 
+def test_eval_sharded_on_ray_stores_what_a_local_run_stores(ray_cluster, db_url):
+    from stark_pg.index.dense import build_dense
+    from stark_pg.index.lexical import build_lexical
+
+    _load(db_url, 120, seed=5)
+    with connect(db_url) as conn:
+        build_lexical(conn, "syn")
+        build_dense(conn, "syn", multi_vector=False)
+    cli = cli_runner(db_url)
+    args = ("eval", "syn", "-m", "bm25,vss", "--split", "train", "--json", "-q")
+    on_ray = json.loads(cli(*args, "--executor", "ray", "--ray-address", ray_cluster.address).stdout)["methods"]
+    local = json.loads(cli(*args).stdout)["methods"]
+    with connect(db_url) as conn:
+        def rows(run_id):
+            return conn.execute("select query_id, ranked_ids, scores, answer_ranks, metrics, error "
+                                "from stark.eval_result where run_id = %s order by query_id", (run_id,)).fetchall()
+
+        for method in ("bm25", "vss"):
+            assert on_ray[method]["run_id"] != local[method]["run_id"]
+            assert on_ray[method]["metrics"] == local[method]["metrics"]
+            there, here = rows(on_ray[method]["run_id"]), rows(local[method]["run_id"])
+            assert len(there) == len(here) == on_ray[method]["queries"] > 0
+            for a, b in zip(there, here):
+                assert (a[0], a[1], a[3], a[4], a[5]) == (b[0], b[1], b[3], b[4], b[5])
+                assert np.allclose(a[2], b[2])
+
+
 def test_errors_say_what_to_do(ray_cluster, db_url):
     _load(db_url, 100, seed=4)
     cli = cli_runner(db_url)

@@ -8,7 +8,8 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from stark_pg.cli.common import WORKERS_HELP, concurrent_calls, err, fail, out, print_json, reporter, state
+from stark_pg.cli.common import (WORKERS_HELP, concurrent_calls, err, fail, out, print_json, ray_options, reporter,
+                                 state)
 from stark_pg.retrieve.catalog import method_help
 
 
@@ -213,19 +214,10 @@ def _ray_options(executor: str, address: str | None, workers: int | None, gpus: 
                 model: str | None, dense: bool, dry_run: bool):
     """`--executor ray` and its options checked (Ray installed, values in range), as RayOptions; None for
     the local executor, which takes none of them."""
-    from stark_pg.embed.executor import EXECUTORS
-
-    wanted = executor.strip().lower()
-    if wanted not in EXECUTORS:
-        fail(f"--executor {executor!r}: expected one of {', '.join(EXECUTORS)}")
-    given = [flag for flag, value in (("--ray-address", address), ("--ray-workers", workers),
-                                      ("--gpus-per-worker", gpus)) if value is not None]
-    if wanted == "local":
-        if given:
-            fail(f"{given[0]} is for --executor ray")
+    options = ray_options(executor, address, workers, gpus, check_installed=dense and not dry_run)
+    if options is None:
         return None
     from stark_pg import embed
-    from stark_pg.embed.ray_executor import RayOptions, RayUnavailable, require_ray
 
     if device:
         fail("--device is for --executor local: Ray workers embed on GPUs when they have them "
@@ -233,12 +225,6 @@ def _ray_options(executor: str, address: str | None, workers: int | None, gpus: 
     if embed.is_api_model(model):
         fail(f"--executor ray runs local models on a cluster; {model!r} is embedded by its API "
              "(--workers sends it requests at once)")
-    try:
-        options = RayOptions(address, workers, gpus)
-        if dense and not dry_run:
-            require_ray()
-    except RayUnavailable as exc:
-        fail(str(exc))
     return options
 
 

@@ -93,6 +93,34 @@ def check_address(address: str) -> None:
                              "start one with `ray start --head`, or check the host and port") from None
 
 
+class RaySession:
+    """This process connected to a Ray cluster as a driver (see RayOptions.address), with the driver's
+    `stark_pg` package shipped to the workers and Ray's reports sent to standard error, until closed.
+    Joins a connection this process already has (then leaves it open)."""
+
+    def __init__(self, address: str | None):
+        self.ray = ray = require_ray()
+        if address:
+            check_address(address)
+        self._owns = not ray.is_initialized()
+        self._stdout = contextlib.ExitStack()
+        self._stdout.enter_context(contextlib.redirect_stdout(sys.stderr))
+        if not self._owns:
+            return
+        package = str(Path(__file__).resolve().parents[1])        # this stark_pg package
+        try:
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, configure_logging=True,
+                     runtime_env={"py_modules": [package], "excludes": ["__pycache__", "*.pyc"]})
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            self.close()
+            raise RayUnavailable(f"Ray cluster {address or '(default)'}: {exc}") from None
+
+    def close(self) -> None:
+        if self._owns and self.ray.is_initialized():
+            self.ray.shutdown()
+        self._stdout.close()
+
+
 class EmbeddingWorker:
     """One Ray actor: the model loaded once on its device, embedding the batches it is sent."""
 
@@ -123,34 +151,19 @@ class RayExecutor:
 
     def __init__(self, options: RayOptions, model: str, batch: int = embed.DEFAULT_BATCH, *, half: bool = False,
                  progress: Reporter | None = None):
-        ray = require_ray()
-        if options.address:
-            check_address(options.address)
         self.options, self.model, self.batch, self.half = options, model, batch, half
         self.progress = progress or NullReporter()
         self.encoder: embed.Encoder | None = None
-        self._owns_ray = not ray.is_initialized()
-        self._stdout = contextlib.ExitStack()
-        self._stdout.enter_context(contextlib.redirect_stdout(sys.stderr))
-        try:
-            self._connect(ray, options)
-        except BaseException:
-            if self._owns_ray and ray.is_initialized():
-                ray.shutdown()
-            self._stdout.close()
-            raise
         self._actors: list = []
         self._placed: list[dict] = []
+        self._session = RaySession(options.address)
+        try:
+            self._size(self._session.ray, options)
+        except BaseException:
+            self._session.close()
+            raise
 
-    def _connect(self, ray, options: RayOptions) -> None:
-        if self._owns_ray:
-            package = str(Path(__file__).resolve().parents[1])        # this stark_pg package
-            try:
-                ray.init(address=options.address, logging_level=logging.WARNING, log_to_driver=False,
-                         configure_logging=True,
-                         runtime_env={"py_modules": [package], "excludes": ["__pycache__", "*.pyc"]})
-            except (ConnectionError, ValueError, RuntimeError) as exc:
-                raise RayUnavailable(f"Ray cluster {options.address or '(default)'}: {exc}") from None
+    def _size(self, ray, options: RayOptions) -> None:
         nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
         self.nodes = [n for n in nodes if n.get("CPU", 0) > 0 or n.get("GPU", 0) > 0]
         self.gpus = options.gpus_per_worker
@@ -244,6 +257,4 @@ class RayExecutor:
             except Exception:                    # already gone with its cluster: nothing to release
                 pass
         self._actors = []
-        if self._owns_ray and ray.is_initialized():
-            ray.shutdown()
-        self._stdout.close()
+        self._session.close()
