@@ -189,6 +189,25 @@ def _written(url: str) -> int:
     return len(_stored(url)) if _has_model(url) else 0
 
 
+def test_chunks_on_ray_are_the_ones_a_local_build_keeps(ray_cluster, db_url):
+    _load(db_url, 100, seed=6)
+    cli = cli_runner(db_url)
+    report = json.loads(cli("index", "syn", "--no-lexical", "--no-graph", "--chunks", "--executor", "ray",
+                            "--ray-address", ray_cluster.address, "--json").stdout)["dense"]
+    assert report["chunks"]["embedded"] == report["chunks"]["total"] > 100
+    again = json.loads(cli("index", "syn", "--no-lexical", "--no-graph", "--chunks", "--json").stdout)["dense"]
+    assert again["documents"]["embedded"] == again["chunks"]["embedded"] == 0      # local finds all up to date
+    with connect(db_url) as conn:
+        model = find_model(conn)
+        rows = conn.execute(f"select c.body, s.vec from stark.{model.chunk_table} s join "
+                            "stark.render_chunks(stark.skb_id('syn'), null, true, 25, 512) c "
+                            "using (node_id, chunk_no) where s.skb_id = stark.skb_id('syn') "
+                            "order by node_id, chunk_no limit 12").fetchall()
+        encoder = embed.skb_encoder(conn, "syn", None)
+    here = embed.encode([r[0] for r in rows], None, role="document", encoder=encoder)
+    assert np.allclose(here, np.stack([r[1].to_numpy() for r in rows]), atol=1e-4)
+
+
 def test_a_worker_killed_mid_index_loses_and_duplicates_nothing(ray_cluster, db_url):
     nodes = 300
     _load(db_url, nodes, seed=2)

@@ -210,7 +210,10 @@ class RayExecutor:
                     raise RayUnavailable(f"{len(pending)} Ray embedding worker(s) did not start within "
                                          f"{READY_TIMEOUT_S:.0f} s")
                 pending.pop(done[0])
-                self._placed.append(ray.get(done[0]))
+                try:
+                    self._placed.append(ray.get(done[0]))
+                except ray.exceptions.RayActorError as exc:     # its __init__ failed: the model, say
+                    raise RayUnavailable(f"a Ray embedding worker could not start: {exc}") from None
                 stage.advance()
 
     def embed_batches(self, jobs: Iterable[tuple[Any, list[str]]]) -> Iterator[tuple[Any, np.ndarray]]:
