@@ -70,11 +70,12 @@ def ray_cluster(server_url):
     test fails). Asks for server_url first: the nodes' workers inherit the test session's STARK_PG_HOME,
     so they share its model exports. Ray's files go to a short temporary directory (its socket paths
     must stay under the Unix limit); the nodes carry a marker in their environment, which their worker
-    processes inherit, so that a test kills only this cluster's workers."""
+    processes inherit, so that a test kills only this cluster's workers. No PYTHONPATH: the workers
+    get stark_pg only as a remote node does, from the driver that ships it."""
     temp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
     port = _free_port()
-    env = os.environ | {"RAY_USAGE_STATS_ENABLED": "0", "STARK_PG_TEST_RAY": str(temp),
-                        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"RAY_USAGE_STATS_ENABLED": "0",
+                                                                         "STARK_PG_TEST_RAY": str(temp)}
     common = ["--block", "--num-cpus", "1", "--node-ip-address", "127.0.0.1", "--disable-usage-stats"]
     nodes = []
     try:

