@@ -118,3 +118,29 @@ def expected_errors() -> tuple[type[BaseException], ...]:
             ModelUnavailable, DeviceError, LLMError, psycopg.OperationalError, psycopg.errors.DataError,
             psycopg.errors.RaiseException,
             UnicodeEncodeError)     # text that is not UTF-8 (bytes on a command line become lone surrogates)
+
+
+def ray_options(executor: str, address: str | None, workers: int | None, gpus: float | None = None, *,
+                check_installed: bool = True):
+    """`--executor` and the Ray options checked, as RayOptions (None for the local executor, which takes
+    none of them); with `check_installed`, a missing Ray is an error naming the extra to install."""
+    from stark_pg.embed.executor import EXECUTORS
+
+    wanted = executor.strip().lower()
+    if wanted not in EXECUTORS:
+        fail(f"--executor {executor!r}: expected one of {', '.join(EXECUTORS)}")
+    given = [flag for flag, value in (("--ray-address", address), ("--ray-workers", workers),
+                                      ("--gpus-per-worker", gpus)) if value is not None]
+    if wanted == "local":
+        if given:
+            fail(f"{given[0]} is for --executor ray")
+        return None
+    from stark_pg.embed.ray_executor import RayOptions, RayUnavailable, require_ray
+
+    try:
+        options = RayOptions(address, workers, gpus)
+        if check_installed:
+            require_ray()
+    except RayUnavailable as exc:
+        fail(str(exc))
+    return options

@@ -7,8 +7,8 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from stark_pg.cli.common import (WORKERS_HELP, concurrent_calls, err, fail, out, print_json, reporter, state,
-                                 writable_dir)
+from stark_pg.cli.common import (WORKERS_HELP, concurrent_calls, err, fail, out, print_json, ray_options, reporter,
+                                 state, writable_dir)
 from stark_pg.retrieve.catalog import method_help
 
 SHOWN = ("hit@1", "hit@5", "recall@20", "mrr")
@@ -42,6 +42,17 @@ def evaluate(
                                                         "mag, amazon) in report.md; guessed from the SKB."),
     workers: int = typer.Option(None, "--workers", help="LLM methods (and openai: embedding models): queries "
                                                         "searched at once. " + WORKERS_HELP, show_default=False),
+    executor: str = typer.Option("local", "--executor",
+                                 help="Where the searches run: local (this process) or ray (shards of the "
+                                      "queries as tasks on a Ray cluster, each on a connection of its own to "
+                                      "this database, which the workers must reach under the same DSN; needs "
+                                      "pip install 'stark-pg[ray]'). Results are stored here, in one run."),
+    ray_address: str = typer.Option(None, "--ray-address",
+                                    help="--executor ray: the cluster's head, HOST:PORT (or ray://HOST:PORT). "
+                                         "Default: RAY_ADDRESS, else a cluster on this machine, else a new one."),
+    ray_workers: int = typer.Option(None, "--ray-workers",
+                                    help="--executor ray: tasks at once. Default: the cluster's CPUs.",
+                                    show_default=False),
     json_: bool = typer.Option(False, "--json", help="Per method: mean metrics, query count, latency p50/p95."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -68,13 +79,21 @@ def evaluate(
         fail(str(exc))
     if out_dir:
         writable_dir(out_dir, "--out")
+    ray = ray_options(executor, ray_address, ray_workers)
     bound = concurrent_calls(workers)
     progress = reporter(quiet or json_)
     with bound, state(ctx).connect() as conn:
         skb_id = require_skb(conn, name)
         chosen = choose_queries(conn, skb_id, name, split, queries, limit)
-        outcomes = run_methods(conn, skb_id, name, settings, chosen, resolve=get_method, depth=depth,
-                               stored_k=stored_k, progress=progress, reads=state(ctx).reads())
+        try:
+            outcomes = run_methods(conn, skb_id, name, settings, chosen, resolve=get_method, depth=depth,
+                                   stored_k=stored_k, progress=progress, reads=state(ctx).reads(), ray=ray)
+        except RuntimeError as exc:
+            from stark_pg.embed.ray_executor import RayUnavailable
+
+            if not isinstance(exc, RayUnavailable):
+                raise
+            fail(str(exc))
         report = None
         if out_dir:
             report = write_report(conn, skb_id, name, split, outcomes, out_dir, context or guess_dataset(name),

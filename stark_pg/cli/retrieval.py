@@ -8,7 +8,8 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from stark_pg.cli.common import WORKERS_HELP, concurrent_calls, err, fail, out, print_json, reporter, state
+from stark_pg.cli.common import (WORKERS_HELP, concurrent_calls, err, fail, out, print_json, ray_options, reporter,
+                                 state)
 from stark_pg.retrieve.catalog import method_help
 
 
@@ -76,6 +77,23 @@ def index(
                                                           "time (from embedding a sample here)."),
     workers: int = typer.Option(None, "--workers", help="An openai: model: embedding requests (of --batch-size "
                                                         "texts) at once. " + WORKERS_HELP, show_default=False),
+    executor: str = typer.Option("local", "--executor",
+                                 help="Who computes a local model's embeddings: local (this process) or ray (a "
+                                      "pool of workers on a Ray cluster, each loading the model once; needs "
+                                      "pip install 'stark-pg[ray]'). Vectors are written here as each batch "
+                                      "comes back, so a stopped build resumes alike."),
+    ray_address: str = typer.Option(None, "--ray-address",
+                                    help="--executor ray: the cluster's head, HOST:PORT as `ray start --head` "
+                                         "printed it (or ray://HOST:PORT). Default: RAY_ADDRESS, else a cluster "
+                                         "started on this machine, else a new one on this machine for the build."),
+    ray_workers: int = typer.Option(None, "--ray-workers",
+                                    help="--executor ray: embedding workers (each takes an equal share of the "
+                                         "cluster's CPUs). Default: one per GPU where the cluster has GPUs, "
+                                         "else one per node.", show_default=False),
+    gpus_per_worker: float = typer.Option(None, "--gpus-per-worker",
+                                          help="--executor ray: GPUs each worker takes (0: embed on CPUs; a "
+                                               "fraction shares one GPU). Default: 1 where the cluster has GPUs, "
+                                               "else 0.", show_default=False),
     json_: bool = typer.Option(False, "--json", help="Print what was (re)built as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -88,6 +106,7 @@ def index(
 
     if batch_size < 1:
         fail(f"--batch-size {batch_size}: must be at least 1")
+    ray = _ray_options(executor, ray_address, ray_workers, gpus_per_worker, device, model, dense, dry_run)
     bound = concurrent_calls(workers)
     if dense:
         from stark_pg.embed import DeviceError, EncoderError, check_backend, requested_device
@@ -135,8 +154,14 @@ def index(
                                               ef_construction=hnsw_ef_construction, device=device, half=half,
                                               encode_batch=batch_size, backend=backend, quantize=quantize,
                                               # enough texts per committed batch for every worker's request
-                                              batch_size=max(BATCH_SIZE, batch_size * current()))
+                                              batch_size=max(BATCH_SIZE, batch_size * current()), ray=ray)
             except (OptionError, EncoderError) as exc:
+                fail(str(exc))
+            except RuntimeError as exc:
+                from stark_pg.embed.ray_executor import RayUnavailable, RayWorkerLost
+
+                if not isinstance(exc, (RayUnavailable, RayWorkerLost)):
+                    raise
                 fail(str(exc))
             for notice in report["dense"]["notices"]:
                 err.print(f"notice: {notice}", highlight=False)
@@ -167,6 +192,8 @@ def index(
             how = f", {encoding['api']}"
         else:
             how = f", {encoding['device']}, {encoding['backend']}, {encoding['precision']}"
+            if encoding.get("executor") == "ray":
+                how += f", {encoding['workers']} Ray workers"
         settings = dense_report["index"]
         kind = (f"{settings['index'].upper()}" + (f" (m={settings['m']}, ef_construction={settings['ef_construction']}"
                                                   f", {settings['storage']})" if settings["index"] == "hnsw" else ""))
@@ -181,6 +208,24 @@ def index(
             cost = "unknown cost" if api["cost_usd"] is None else f"${api['cost_usd']:.4f}"
             out.print(f"embedding API: {api['calls']} requests, {api['cache_hits']:,} texts from the cache, "
                       f"{api['prompt_tokens']:,} tokens, {cost}", highlight=False)
+
+
+def _ray_options(executor: str, address: str | None, workers: int | None, gpus: float | None, device: str | None,
+                model: str | None, dense: bool, dry_run: bool):
+    """`--executor ray` and its options checked (Ray installed, values in range), as RayOptions; None for
+    the local executor, which takes none of them."""
+    options = ray_options(executor, address, workers, gpus, check_installed=dense and not dry_run)
+    if options is None:
+        return None
+    from stark_pg import embed
+
+    if device:
+        fail("--device is for --executor local: Ray workers embed on GPUs when they have them "
+             "(--gpus-per-worker), else on their CPUs")
+    if embed.is_api_model(model):
+        fail(f"--executor ray runs local models on a cluster; {model!r} is embedded by its API "
+             "(--workers sends it requests at once)")
+    return options
 
 
 def _dry_run(ctx, name: str, model: str | None, multi_vector: bool | None, device: str | None, half: bool,

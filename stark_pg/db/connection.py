@@ -141,18 +141,23 @@ def connect(dsn: str | None = None, *, migrate: bool = True, autocommit: bool = 
 def connect_like(conn: psycopg.Connection) -> psycopg.Connection:
     """Another autocommit connection to `conn`'s database, as `connect` makes them: for a worker
     thread, since one connection must not serve two threads' transactions at once."""
-    from psycopg.conninfo import make_conninfo
-
-    password = conn.pgconn.password        # conn.info.dsn leaves it out; libpq still knows it
-    params = {"password": password.decode()} if password else {}
     try:
-        other = psycopg.connect(make_conninfo(conn.info.dsn, **params), autocommit=True)
+        other = psycopg.connect(conninfo_of(conn), autocommit=True)
     except psycopg.OperationalError as exc:
         raise DatabaseError(f"cannot open another connection for a worker: {exc}") from exc
     if conn in _writers:
         _writers[other] = _writers[conn]
     register_vector(other)
     return other
+
+
+def conninfo_of(conn: psycopg.Connection) -> str:
+    """A conninfo string that opens another connection like `conn` (its password included)."""
+    from psycopg.conninfo import make_conninfo
+
+    password = conn.pgconn.password        # conn.info.dsn leaves it out; libpq still knows it
+    params = {"password": password.decode()} if password else {}
+    return make_conninfo(conn.info.dsn, **params)
 
 
 def redact_dsn(url: str) -> str:

@@ -264,6 +264,23 @@ class _Encoder:
         return out / np.maximum(norms, 1e-12)
 
 
+_cpu_threads: int | None = None
+
+
+def set_cpu_threads(n: int | None) -> None:
+    """Run the encoders this process opens from now on with `n` CPU threads (None: each runtime's own
+    default, every core). For a process that shares its machine with other encoders, e.g. a Ray worker
+    given a share of a node's cores: torch follows OMP_NUM_THREADS, which Ray sets, but ONNX Runtime and
+    OpenVINO size their pools by the machine's cores, and several workers on one machine would each
+    take all of them."""
+    global _cpu_threads
+    _cpu_threads = n
+    if n:
+        import torch
+
+        torch.set_num_threads(n)
+
+
 class OnnxRuntimeEncoder(_Encoder):
     def __init__(self, directory: Path, quantize: bool):
         super().__init__(directory)
@@ -271,6 +288,8 @@ class OnnxRuntimeEncoder(_Encoder):
 
         options = ort.SessionOptions()
         options.log_severity_level = 3
+        if _cpu_threads:
+            options.intra_op_num_threads = _cpu_threads
         self.session = ort.InferenceSession(str(directory / ("model_int8.onnx" if quantize else "model.onnx")),
                                             options, providers=["CPUExecutionProvider"])
 
@@ -284,8 +303,9 @@ class OpenVinoEncoder(_Encoder):
         import openvino as ov
 
         core = ov.Core()
+        config = {"INFERENCE_NUM_THREADS": _cpu_threads} if _cpu_threads else {}
         self.compiled = core.compile_model(core.read_model(str(directory / ("model_int8.onnx" if quantize
-                                                                           else "model.onnx"))), "CPU")
+                                                                           else "model.onnx"))), "CPU", config)
         self._lock = threading.Lock()
 
     def run(self, feeds):

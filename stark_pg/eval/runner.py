@@ -25,6 +25,10 @@ mid-query (its standby stopped or died) is replaced by a new one from `reads`, w
 another standby or the primary, and the query is searched again there: it is neither lost, nor
 recorded as failed, nor stored twice.
 
+With `ray` (RayOptions: `stark-pg eval --executor ray`), the searches run in shards on a Ray cluster,
+each task on a connection of its own (stark_pg/eval/ray_shards.py); the results are stored here as
+above, in the query set's order, under the one run id.
+
 The methods themselves come from whoever calls: a `Resolve` (the CLI and the Python API hand over
 stark_pg.retrieve.get_method) turns a method's name into its module (`Options`, `search`). Evaluation
 thus sits beside retrieval, not on top of it, and a test or a benchmark can evaluate a method that is
@@ -38,7 +42,7 @@ import hashlib
 import json
 import queue
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Callable
@@ -46,7 +50,7 @@ from typing import Callable
 import numpy as np
 import psycopg
 
-from stark_pg.db.connection import connect_like, one_snapshot
+from stark_pg.db.connection import conninfo_of, connect_like, one_snapshot
 from stark_pg.embed import query_embeddings
 from stark_pg.eval import metrics
 from stark_pg.eval.query_sets import QuerySet
@@ -84,7 +88,7 @@ class RunOutcome:
 
 def run_method(conn: psycopg.Connection, skb_id: int, skb_name: str, method: str, options, query_set: QuerySet, *,
                resolve: Resolve, depth: int = 1000, stored_k: int = 100,
-               progress: Reporter | None = None, reads: Reads | None = None) -> RunOutcome:
+               progress: Reporter | None = None, reads: Reads | None = None, ray=None) -> RunOutcome:
     progress = progress or NullReporter()
     module = resolve(method)
     if hasattr(module, "resolve_options"):      # defaults that depend on the SKB (hybrid's tuned ones)
@@ -129,11 +133,20 @@ def _run(conn: psycopg.Connection, skb_id: int, skb_name: str, run_id: int, meth
     with progress.stage(method, total=len(query_set.queries)) as stage:
         stage.advance(len(done))
         workers = min(concurrency.current(), len(todo)) if calls_served_model(settings) else 1
-        with _connections(conn, workers, reads) as pool:
-            def searched(query):
-                return _search(pool, module, skb_name, query, depth, options, reads)
+        with ExitStack() as stack:
+            if ray is not None and todo:
+                from stark_pg.eval.ray_shards import searched_on_ray
 
-            for query, ranking, error, latency_ms in concurrency.ordered_iter(searched, todo, workers):
+                results = searched_on_ray(ray, conninfo_of(conn), _search, resolve, method, skb_name, options,
+                                          todo, depth)
+            else:
+                pool = stack.enter_context(_connections(conn, workers, reads))
+
+                def searched(query):
+                    return _search(pool, module, skb_name, query, depth, options, reads)
+
+                results = concurrency.ordered_iter(searched, todo, workers)
+            for query, ranking, error, latency_ms in results:
                 ranked = ranking.node_ids
                 scores = [h.score for h in ranking.hits]
                 values = metrics.evaluate(ranked, query.answer_ids)

@@ -92,11 +92,12 @@ def choose_queries(conn: psycopg.Connection, skb_id: int, skb_name: str, split: 
 
 def run_methods(conn: psycopg.Connection, skb_id: int, skb_name: str, settings: dict, query_set: QuerySet, *,
                 resolve: Resolve, depth: int = 1000, stored_k: int = 100,
-                progress: Reporter | None = None, reads: Reads | None = None) -> list[RunOutcome]:
+                progress: Reporter | None = None, reads: Reads | None = None, ray=None) -> list[RunOutcome]:
     """Every method of `settings` ({method: Options}) over the query set, one stored run each (searched on
-    connections from `reads` when given: stark_pg.eval.runner)."""
+    connections from `reads` when given, or on a Ray cluster with `ray`: stark_pg.eval.runner)."""
     return [run_method(conn, skb_id, skb_name, method, options, query_set, resolve=resolve, depth=depth,
-                       stored_k=stored_k, progress=progress, reads=reads) for method, options in settings.items()]
+                       stored_k=stored_k, progress=progress, reads=reads, ray=ray)
+            for method, options in settings.items()]
 
 
 def guess_dataset(skb_name: str) -> str | None:

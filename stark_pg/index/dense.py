@@ -27,6 +27,11 @@ Why it is built this way:
   encoder's vectors.
 - Partial indexes per SKB rather than one index per table filtered by skb_id with pgvector 0.8's
   iterative scans: measured in benchmarks/vector_benchmark.py (README: Vector indexes).
+- Who computes the vectors is the executor's business (stark_pg/embed/executor.py): this process, or a
+  pool of Ray workers (`Encoding.ray`, `stark-pg index --executor ray`). The build reads each batch's
+  texts in a transaction, hands them over, and writes each batch's vectors in a transaction of their
+  own as they come back, so which documents are stale, what is stored and how a build resumes do not
+  depend on where the vectors were computed.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ import psycopg
 from psycopg import sql as pgsql
 
 from stark_pg import embed
+from stark_pg.embed.executor import LocalExecutor
+from stark_pg.embed.ray_executor import RayOptions
 from stark_pg.options import OptionError
 from stark_pg.progress import NullReporter, Reporter, rate_text
 from stark_pg.resources import queries, template_sections
@@ -182,13 +189,19 @@ class Encoding:
     half: bool = False
     batch: int = embed.DEFAULT_BATCH
     encoder: embed.Encoder | None = None
+    ray: RayOptions | None = None         # embed on a Ray cluster's workers rather than here
 
     def __post_init__(self):
         embed.requested_device(self.device)        # a misspelt device fails before any work
         if self.batch < 1:
             raise ValueError(f"embedding batch size {self.batch}: must be at least 1")
 
-    def describe(self) -> dict:
+    def describe(self, executor=None) -> dict:
+        if executor is not None and executor.name == "ray":
+            encoder = self.encoder or embed.Encoder()
+            precision = "int8" if encoder.quantize else "float16" if self.half and executor.gpus else "float32"
+            return {"device": executor.device, "backend": encoder.backend, "precision": precision,
+                    "batch": self.batch} | executor.describe()
         device = embed.resolve_device(self.device)
         encoder = self.encoder or embed.Encoder()
         precision = "int8" if encoder.quantize else "float16" if self.half and device != "cpu" else "float32"
@@ -200,7 +213,7 @@ def build_dense(conn: psycopg.Connection, skb_name: str, model: str | None = Non
                 chunk_chars: int = 512, batch_size: int = BATCH_SIZE, m: int | None = None,
                 ef_construction: int | None = None, index: str | None = None, storage: str | None = None,
                 device: str | None = None, half: bool = False, encode_batch: int = embed.DEFAULT_BATCH,
-                backend: str | None = None, quantize: bool | None = None) -> dict:
+                backend: str | None = None, quantize: bool | None = None, ray: RayOptions | None = None) -> dict:
     """Bring the SKB's document vectors (and chunk vectors, with `multi_vector`) up to date; build HNSW.
 
     `with_relations` and `max_neighbors` shape the documents (see stark.render_document) and the
@@ -210,14 +223,18 @@ def build_dense(conn: psycopg.Connection, skb_name: str, model: str | None = Non
     bad values raise OptionError before any vector is embedded. `batch_size` documents are committed
     together; `device`, `half` and `encode_batch` (texts per forward pass) only change the speed
     (`Encoding`); `backend` (auto, torch, onnx, openvino) and `quantize` (int8) choose the encoder (None:
-    as the last build, else auto), which is recorded. Returns counts per kind, the encoding used, the index settings, notices (e.g. DiskANN
+    as the last build, else auto), which is recorded. `ray` (RayOptions): embed on a Ray cluster's workers
+    instead of in this process (stark_pg/embed/ray_executor.py), a local model only. Returns counts per kind, the encoding used, the index settings, notices (e.g. DiskANN
     asked for where vectorscale is missing) and the seconds taken.
     Holds the SKB name's lock throughout: builds and loads of one name queue.
     """
-    encoding = Encoding(device, half, encode_batch)
+    encoding = Encoding(device, half, encode_batch, ray=ray)
     embed.check_backend(backend)                   # a misspelt backend fails before any work
     if embed.is_api_model(model) and (backend not in (None, "auto") or quantize):
         raise embed.EncoderError(f"--backend and --quantize are for local models; {model!r} is embedded by its API")
+    if embed.is_api_model(model) and ray is not None:
+        raise embed.EncoderError(f"--executor ray runs local models on a cluster; {model!r} is embedded by its API "
+                                 "(--workers sends it requests at once)")
     given_encoder = {"backend": backend, "quantize": quantize}
     with skb_name_locked(conn, skb_name), embedding_api_metered(conn, model) as meter:
         report = _build_dense(conn, skb_name, model, with_relations, multi_vector, progress, max_neighbors,
@@ -269,14 +286,37 @@ def _build_dense(conn, skb_name, model, with_relations, multi_vector, progress, 
         notices.append("vectorscale (pgvectorscale) is not available on this server: built HNSW instead of DiskANN")
         wanted = replace(wanted, index="hnsw")
     shape = {"skb_id": skb_id, "with_relations": with_relations, "max_neighbors": max_neighbors}
-    encoding, notice = _choose_encoder(conn, tables, skb_id, model, stored, encoding, given_encoder or {})
+    with _executor(tables, encoding, progress) as executor:
+        return _build_with(conn, tables, skb_id, model, stored, multi_vector, wanted, notices, shape, chunk_chars,
+                           batch_size, progress, encoding, given_encoder or {}, executor, started)
+
+
+@contextmanager
+def _executor(tables: ModelTables, encoding: Encoding, progress: Reporter):
+    """The executor that computes this build's vectors (its encoder is set once the build has chosen it)."""
+    if encoding.ray is None:
+        executor = LocalExecutor(tables.name, encoding.batch, device=encoding.device, half=encoding.half)
+    else:
+        from stark_pg.embed.ray_executor import RayExecutor
+
+        executor = RayExecutor(encoding.ray, tables.name, encoding.batch, half=encoding.half, progress=progress)
+    try:
+        yield executor
+    finally:
+        executor.close()
+
+
+def _build_with(conn, tables, skb_id, model, stored, multi_vector, wanted, notices, shape, chunk_chars, batch_size,
+                progress, encoding, given_encoder, executor, started) -> dict:
+    encoding, notice = _choose_encoder(conn, tables, skb_id, model, stored, encoding, given_encoder, executor)
+    executor.encoder = encoding.encoder
     notices += [notice] if notice else []
 
-    documents = _refresh_documents(conn, tables, shape, batch_size, progress, encoding)
+    documents = _refresh_documents(conn, tables, shape, batch_size, progress, executor)
     chunks = {"embedded": 0, "deleted": 0}
     if multi_vector:
         chunks = _refresh_chunks(conn, tables, shape | {"chunk_chars": chunk_chars},
-                                 max(1, batch_size // 8), progress, encoding)
+                                 max(1, batch_size // 8), progress, executor)
 
     built = _build_indexes(conn, tables, skb_id, multi_vector, wanted, progress)
     with _committed(conn):
@@ -285,7 +325,8 @@ def _build_dense(conn, skb_name, model, with_relations, multi_vector, progress, 
         for table in changed:
             conn.execute(pgsql.SQL("analyze {}").format(pgsql.Identifier("stark", table)))
         n_docs, n_chunks = conn.execute(statement("count_vectors", tables), {"skb_id": skb_id}).fetchone()
-        settings = {"with_relations": with_relations, "max_neighbors": max_neighbors, "chunk_chars": chunk_chars,
+        settings = {"with_relations": shape["with_relations"], "max_neighbors": shape["max_neighbors"],
+                    "chunk_chars": chunk_chars,
                     "multi_vector": multi_vector} | asdict(wanted)
         if encoding.encoder is not None:
             settings["encoder"] = encoding.encoder.as_dict()
@@ -294,19 +335,29 @@ def _build_dense(conn, skb_name, model, with_relations, multi_vector, progress, 
     documents |= {"skipped": n_docs - documents["embedded"], "total": n_docs}
     chunks |= {"skipped": n_chunks - chunks["embedded"], "total": n_chunks}
     return {"model": tables.name, "documents": documents, "chunks": chunks, "indexes_built": built,
-            "encoding": encoding.describe() if documents["embedded"] or chunks["embedded"] else None,
+            "encoding": encoding.describe(executor) if documents["embedded"] or chunks["embedded"] else None,
             "index": asdict(wanted), "notices": notices, "seconds": round(time.perf_counter() - started, 3)}
 
 
 def _choose_encoder(conn, tables: ModelTables, skb_id: int, model: str | None, stored: dict | None,
-                    encoding: Encoding, given: dict) -> tuple[Encoding, str | None]:
+                    encoding: Encoding, given: dict, executor=None) -> tuple[Encoding, str | None]:
     """The encoding with the build's encoder resolved (given, else the last build's, else auto); when it
     differs from the last build's, the SKB's vectors of the model are deleted (all are embedded again)
-    and the new encoder recorded at once. An API model has no encoder (None)."""
+    and the new encoder recorded at once. An API model has no encoder (None). On a Ray cluster the
+    encoder is chosen for the workers' device, not this machine's: auto is onnx on CPU workers and torch
+    on GPU workers."""
     if embed.is_api_model(model):
         return encoding, None
     previous = embed.Encoder.from_record(stored.get("encoder")) if stored else None
-    encoder = embed.resolve_encoder(given.get("backend"), given.get("quantize"), encoding.device, previous)
+    backend, device = given.get("backend"), encoding.device
+    if executor is not None and executor.name == "ray":
+        device = "cpu"                       # resolved for the workers, whatever this machine has
+        if executor.device != "cpu":
+            if backend not in (None, "auto", "torch"):
+                raise embed.EncoderError(f"embedding backend {backend!r} runs on the CPU; the Ray workers embed on "
+                                         "GPUs: use --backend torch, or --gpus-per-worker 0")
+            backend = "torch"
+    encoder = embed.resolve_encoder(backend, given.get("quantize"), device, previous)
     notice = None
     if previous is not None and encoder != previous:
         with _committed(conn):
@@ -398,37 +449,44 @@ def _vectorscale_ready(conn) -> bool:
 
 
 def _refresh_documents(conn, tables: ModelTables, shape: dict, batch_size: int, progress: Reporter,
-                       encoding: Encoding) -> dict:
-    """Delete vectors of vanished nodes, then embed every stale document in committed batches."""
+                       executor) -> dict:
+    """Delete vectors of vanished nodes, then embed every stale document in committed batches: each batch's
+    texts are read in one transaction and its vectors written in another, when the executor returns them."""
     with _committed(conn):
         deleted = conn.execute(statement("delete_gone_documents", tables), shape).rowcount
         stale = [row[0] for row in conn.execute(statement("stale_documents", tables), shape)]
     _drop_index_if_mostly_stale(conn, tables, tables.doc_table, shape["skb_id"], len(stale), "count_document_nodes")
-    embedded = 0
-    with progress.stage("documents", total=len(stale), unit="documents") as stage:
+
+    def batches():
         for start in range(0, len(stale), batch_size):
             ids = stale[start:start + batch_size]
             with _committed(conn):
                 rows = conn.execute(statement("render_documents", tables), shape | {"node_ids": ids}).fetchall()
-                if rows:
-                    vectors = _encode([r[1] for r in rows], tables, encoding)
+            yield (len(ids), rows), [r[1] for r in rows]
+
+    embedded = 0
+    with progress.stage("documents", total=len(stale), unit="documents") as stage:
+        for (n_ids, rows), vectors in executor.embed_batches(batches()):
+            if rows:
+                _check_dimension(vectors, tables)
+                with _committed(conn):
                     conn.execute(statement("upsert_documents", tables),
                                  shape | {"node_ids": [r[0] for r in rows], "hashes": [r[2] for r in rows],
                                           "vecs": list(vectors)})
             embedded += len(rows)
-            stage.advance(len(ids))
+            stage.advance(n_ids)
     return {"embedded": embedded, "deleted": deleted}
 
 
 def _refresh_chunks(conn, tables: ModelTables, shape: dict, node_batch: int, progress: Reporter,
-                    encoding: Encoding) -> dict:
-    """Per batch of nodes with any new, changed or vanished chunk: embed what changed, delete what is gone."""
+                    executor) -> dict:
+    """Per batch of nodes with any new, changed or vanished chunk: embed what changed, delete what is gone
+    (read in one transaction, written in another when the executor returns the batch's vectors)."""
     with _committed(conn):
         stale = [row[0] for row in conn.execute(statement("stale_chunk_nodes", tables), shape)]
     _drop_index_if_mostly_stale(conn, tables, tables.chunk_table, shape["skb_id"], len(stale), "count_chunk_nodes")
-    embedded = deleted = 0
-    started = time.perf_counter()
-    with progress.stage("chunks (nodes)", total=len(stale)) as stage:
+
+    def batches():
         for start in range(0, len(stale), node_batch):
             ids = stale[start:start + node_batch]
             params = shape | {"node_ids": ids}
@@ -436,10 +494,17 @@ def _refresh_chunks(conn, tables: ModelTables, shape: dict, node_batch: int, pro
                 rendered = conn.execute(statement("render_chunks", tables), params).fetchall()
                 stored = {(n, c): (kind, h) for n, c, kind, h in
                           conn.execute(statement("stored_chunks", tables), params)}
-                todo = [r for r in rendered if stored.get((r[0], r[1])) != (r[2], r[4])]
-                gone = set(stored) - {(r[0], r[1]) for r in rendered}
+            todo = [r for r in rendered if stored.get((r[0], r[1])) != (r[2], r[4])]
+            gone = set(stored) - {(r[0], r[1]) for r in rendered}
+            yield (len(ids), todo, gone), [r[3] for r in todo]
+
+    embedded = deleted = 0
+    started = time.perf_counter()
+    with progress.stage("chunks (nodes)", total=len(stale)) as stage:
+        for (n_ids, todo, gone), vectors in executor.embed_batches(batches()):
+            with _committed(conn):
                 if todo:
-                    vectors = _encode([r[3] for r in todo], tables, encoding)
+                    _check_dimension(vectors, tables)
                     conn.execute(statement("upsert_chunks", tables),
                                  shape | {"node_ids": [r[0] for r in todo], "chunk_nos": [r[1] for r in todo],
                                           "kinds": [r[2] for r in todo], "hashes": [r[4] for r in todo],
@@ -450,7 +515,7 @@ def _refresh_chunks(conn, tables: ModelTables, shape: dict, node_batch: int, pro
             embedded += len(todo)
             deleted += len(gone)
             stage.describe(rate_text(embedded / max(time.perf_counter() - started, 1e-9), "chunks"))
-            stage.advance(len(ids))
+            stage.advance(n_ids)
     return {"embedded": embedded, "deleted": deleted}
 
 
@@ -467,9 +532,7 @@ def _drop_index_if_mostly_stale(conn, tables: ModelTables, table: str, skb_id: i
                     pgsql.Identifier("stark", vector_index_name(table, skb_id, method))))
 
 
-def _encode(texts: list[str], tables: ModelTables, encoding: Encoding = Encoding()):
-    vectors = embed.encode(texts, tables.name, encoding.batch, device=encoding.device, half=encoding.half,
-                           role="document", encoder=encoding.encoder)
+def _check_dimension(vectors, tables: ModelTables):
     if vectors.shape[1] != tables.dim:
         raise ValueError(f"model {tables.name!r} made {vectors.shape[1]}-dimensional vectors, but its tables hold "
                          f"{tables.dim} dimensions")
