@@ -102,7 +102,7 @@ def run_method(conn: psycopg.Connection, skb_id: int, skb_name: str, method: str
         stored_k=stored_k, config_hash=config_hash))
     try:
         return _run(conn, skb_id, skb_name, run_id, method, settings, module, options, query_set, depth=depth,
-                    stored_k=stored_k, progress=progress, reads=reads)
+                    stored_k=stored_k, progress=progress, reads=reads, ray=ray, resolve=resolve)
     finally:
         try:
             with conn.transaction():
@@ -126,7 +126,7 @@ def _claim_run(conn: psycopg.Connection, skb_id: int, config_hash: str, create) 
 
 def _run(conn: psycopg.Connection, skb_id: int, skb_name: str, run_id: int, method: str, settings: dict,
          module: ModuleType, options, query_set: QuerySet, *, depth: int, stored_k: int, progress: Reporter,
-         reads: Reads | None) -> RunOutcome:
+         reads: Reads | None, ray, resolve: Resolve) -> RunOutcome:
     """Search and store the queries of the claimed run not yet stored, then its summary."""
     done = {row[0] for row in sql().done_query_ids(conn, skb_id=skb_id, run_id=run_id)}
     todo = [q for q in query_set.queries if q.query_id not in done]
