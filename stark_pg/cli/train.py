@@ -531,6 +531,97 @@ def qagnn(
     out.print(f"kept epoch {report.best_epoch} (*); weights: {report.path}", highlight=False)
 
 
+@app.command("cross-encoder")
+def cross_encoder(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="The SKB whose training questions to learn from (never val or test)."),
+    model_name: str = typer.Option("default", "--name", help="Store the cross-encoder under this name; search "
+                                                             "with -m fusion-ce -o name=..."),
+    fusion: str = typer.Option("default", "--fusion", help="The fusion model (`stark-pg train fusion`) whose top "
+                                                           "ranks it learns on; fusion-ce re-scores its results."),
+    base: str = typer.Option(None, "--base", help="sentence-transformers model (name or directory) to start from; "
+                                                  "a bi-encoder gets a new scoring head (default all-MiniLM-L6-v2, "
+                                                  "from its PyPI package, offline)."),
+    splits: str = typer.Option("train", "--splits", metavar="SPLIT[,SPLIT...]",
+                               help="Query splits learned from, e.g. train,synthetic (`stark-pg synthesize`); the "
+                                    "held-out share is drawn from the first only. val and test are refused."),
+    holdout: float = typer.Option(0.2, "--holdout", help="Share of the first split held out to choose the weight "
+                                                         "and the epoch."),
+    top: int = typer.Option(10, "--top", help="Fusion's results fusion-ce re-scores (its -o top=N); the weight is "
+                                              "chosen for this N."),
+    candidates: int = typer.Option(20, "--candidates", help="Fusion's top ranks read per question; the hard "
+                                                            "negatives come from them (at least --top)."),
+    negatives: int = typer.Option(7, "--negatives", help="Non-answers per training group: fusion's highest "
+                                                         "ranked ones."),
+    positives: int = typer.Option(2, "--positives", help="At most this many answers per question, each its own "
+                                                         "group (answer + negatives, softmax loss)."),
+    max_length: int = typer.Option(128, "--max-length", help="Tokens of question + document read (longer costs "
+                                                             "more per query)."),
+    epochs: int = typer.Option(1, "--epochs", help="Passes over the groups; the best epoch on the held-out "
+                                                   "questions is kept."),
+    lr: float = typer.Option(5e-5, "--lr", help="AdamW's learning rate (linear decay after a 10% warm-up)."),
+    batch: int = typer.Option(1, "--batch", help="Groups per optimiser step."),
+    weights: str = typer.Option(",".join(f"{w:g}" for w in (0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0)),
+                                "--weights", metavar="W[,W...]",
+                                help="Cross-encoder weights tried on the held-out questions (0, fusion alone, is "
+                                     "always among them); the one with the best MRR is stored."),
+    folds: int = typer.Option(5, "--folds", help="Parts the learning questions are ranked by fusion in, each "
+                                                 "out of fusion's question pool while it is ranked."),
+    threads: int = typer.Option(2, "--threads", help="Torch threads while training."),
+    seed: int = typer.Option(0, "--seed"),
+    limit: int = typer.Option(None, "--limit", help="Only the first N learning and held-out questions (a quick "
+                                                    "run)."),
+    json_: bool = typer.Option(False, "--json", help="Settings, per-epoch history and held-out metrics as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+) -> None:
+    """Train a cross-encoder that re-scores fusion's top results (`-m fusion-ce`), and choose its weight.
+
+    Fusion ranks every training question as a new one (out of its own question pool); each answer
+    against the non-answers fusion ranks highest is one group of a softmax loss. A seeded --holdout
+    share of train is set apart: on it, fusion's top --top are re-scored and each of --weights is
+    tried (final score = fusion's z-score + weight x the cross-encoder's z-score over the top N). The
+    weight with the best held-out MRR is stored; 0 means fusion alone was best and fusion-ce then
+    ranks as fusion does. Files go to STARK_PG_HOME/models/cross-encoder/<skb>/<name>/, the run to
+    stark.trained_model. Then: `stark-pg eval SKB -m fusion-ce` (options: name, fusion, top, weight).
+    """
+    from stark_pg.train.cross_encoder import TrainSettings, train_cross_encoder
+
+    try:
+        tried = tuple(float(w) for w in weights.split(",") if w.strip())
+    except ValueError:
+        raise typer.BadParameter(f"expected comma-separated numbers, such as 0,0.5,1, not {weights!r}",
+                                 param_hint="--weights") from None
+    settings = TrainSettings(name=model_name, fusion=fusion, base_model=base, splits=splits, holdout=holdout,
+                             seed=seed, candidates=candidates, top=top, negatives=negatives, positives=positives,
+                             max_length=max_length, epochs=epochs, lr=lr, batch=batch, folds=folds, weights=tried,
+                             threads=threads, limit=limit)
+    with state(ctx).connect() as conn:
+        try:
+            report = train_cross_encoder(conn, name, settings, progress=reporter(quiet or json_))
+        except (ValueError, LookupError, LoadError) as exc:
+            fail(str(exc))
+    if json_:
+        print_json({"skb": name, "name": report.name, "path": report.path, "weight": report.weight,
+                    "top": report.top, "best_epoch": report.best_epoch, "holdout_metrics": report.metrics,
+                    "learning_questions": report.learning_questions, "holdout_questions": report.heldout_questions,
+                    "groups": report.groups, "rank_seconds": round(report.rank_seconds, 1),
+                    "train_seconds": round(report.train_seconds, 1), "history": report.history})
+        return
+    table = Table(title=f"cross-encoder {report.name!r} on {name}: {report.learning_questions} learning questions "
+                        f"({report.groups} groups), {report.heldout_questions} held out; fusion ranking "
+                        f"{report.rank_seconds:.0f} s, training {report.train_seconds:.0f} s", title_justify="left")
+    for column in (f"held out, fusion's top {report.top}", "Hit@1", "Hit@5", "MRR"):
+        table.add_column(column, justify="right")
+    for label, key in (("fusion", "fusion"), ("cross-encoder alone", "cross-encoder"),
+                       (f"mixed at weight {report.weight:g}", "mixed")):
+        row = report.metrics[key]
+        table.add_row(label, *(f"{row[m]:.3f}" for m in ("hit@1", "hit@5", "mrr")))
+    out.print(table)
+    note = " (fusion alone was best on the held-out questions: fusion-ce ranks as fusion)" if not report.weight else ""
+    out.print(f"weight {report.weight:g}{note}; files: {report.path}\nsearch it: stark-pg eval {name} -m fusion-ce"
+              + (f" -o name={report.name}" if report.name != "default" else ""), highlight=False)
+
+
 def parse_fold(text: str) -> tuple[int, int]:
     """`K/N` of --fold, as (k, n), or a usage error naming the option."""
     try:

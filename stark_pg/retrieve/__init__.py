@@ -37,6 +37,7 @@ METHODS = {
     "kar": "stark_pg.retrieve.expand.kar",
     "agent": "stark_pg.retrieve.agent",
     "fusion": "stark_pg.retrieve.fusion",
+    "fusion-ce": "stark_pg.retrieve.fusion_ce",
     "fusion+rerank": "stark_pg.retrieve.fusion_rerank",
     "qagnn": "stark_pg.retrieve.qagnn",
 }
