@@ -109,6 +109,7 @@ def test_an_evaluation_never_continues_a_run_another_one_is_continuing(conn, ind
         beside = run_method(conn, indexed, "stark-prime-ibd", "bm25", bm25.Options(), chosen, resolve=get_method)
         assert beside.run_id != unfinished and beside.resumed_from == 0 and beside.summary["queries"] == 8
         assert conn.execute("select count(*) from stark.eval_result where run_id = %s", (unfinished,)).fetchone()[0] == 3
+        assert sql().release_run(other, run_id=unfinished)     # now: a closed session's locks go a moment later
     resumed = run_method(conn, indexed, "stark-prime-ibd", "bm25", bm25.Options(), chosen, resolve=get_method)
     assert resumed.run_id == unfinished and resumed.resumed_from == 3 and resumed.summary["queries"] == 8
 

@@ -25,6 +25,7 @@ from stark_pg.retrieve import Hit, Ranking, fusion
 from stark_pg.skb.catalog import require_skb
 
 NEEDS = ("training",)  # `stark-pg train fusion` and `stark-pg train cross-encoder` first
+TRAINED_BY = ("fusion", "cross-encoder")   # the `stark-pg train` commands of what it builds on
 
 
 @dataclass

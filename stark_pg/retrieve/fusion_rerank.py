@@ -21,6 +21,7 @@ from stark_pg.retrieve.rerank import DOC_CHARS, check_rerank, rerank_head
 
 
 NEEDS = ("llm", "training")  # an LLM at query time, and a model from `stark-pg train fusion`
+TRAINED_BY = ("fusion",)     # the `stark-pg train` commands of what it builds on
 
 
 @dataclass
