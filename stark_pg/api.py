@@ -17,6 +17,7 @@ UnknownMethod, OptionError, MissingIndex, DeviceError), with the messages the CL
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from stark_pg.embed import DeviceError
@@ -76,21 +77,27 @@ class Database:
     def read_conn(self):
         """Where searches run: a standby's connection, opened on first use, when the DSN names a primary and
         standbys (as `stark-pg search` reads there); else the one connection."""
-        reads = self._reads()
+        reads = self._read_opener
         if reads is None:
             return self.conn
         if self._read_conn is None or self._read_conn.closed:
             self._read_conn = reads()
         return self._read_conn
 
-    def _reads(self):
-        """Read connections on a standby when the DSN names a primary and standbys (as `stark-pg eval`
-        searches there), else None: the evaluation reads on this connection."""
+    @cached_property
+    def _read_opener(self):
+        """Opens a read connection on a standby when the DSN names a primary and standbys, else None;
+        worked out once (resolving the DSN may ask the embedded server whether it runs)."""
         from stark_pg.db import connect as open_connection
         from stark_pg.db.connection import resolve_dsn, several_hosts
 
         url = resolve_dsn(self.dsn)
         return (lambda: open_connection(url, read=True)) if several_hosts(url) else None
+
+    def _reads(self):
+        """Read connections on a standby when the DSN names a primary and standbys (as `stark-pg eval`
+        searches there), else None: the evaluation reads on this connection."""
+        return self._read_opener
 
     @property
     def closed(self) -> bool:
