@@ -86,18 +86,14 @@ class Database:
 
     @cached_property
     def _read_opener(self):
-        """Opens a read connection on a standby when the DSN names a primary and standbys, else None;
-        worked out once (resolving the DSN may ask the embedded server whether it runs)."""
+        """Opens a read connection on a standby when the DSN names a primary and standbys (where searches
+        and an evaluation's searches go, as the CLI's do), else None: they read on this connection.
+        Worked out once: resolving the DSN may ask the embedded server whether it runs."""
         from stark_pg.db import connect as open_connection
         from stark_pg.db.connection import resolve_dsn, several_hosts
 
         url = resolve_dsn(self.dsn)
         return (lambda: open_connection(url, read=True)) if several_hosts(url) else None
-
-    def _reads(self):
-        """Read connections on a standby when the DSN names a primary and standbys (as `stark-pg eval`
-        searches there), else None: the evaluation reads on this connection."""
-        return self._read_opener
 
     @property
     def closed(self) -> bool:
@@ -235,7 +231,7 @@ class SKB:
         chosen = choose_queries(conn, skb_id, self.name, split, queries, limit)
         with concurrency.workers(concurrency.resolve_workers(workers, "workers")):
             outcomes = run_methods(conn, skb_id, self.name, settings, chosen, resolve=get_method, depth=depth,
-                                   stored_k=stored_k, progress=_reporter(progress), reads=self.db._reads())
+                                   stored_k=stored_k, progress=_reporter(progress), reads=self.db._read_opener)
         report = None
         if out:
             from stark_pg.eval.session import guess_dataset
